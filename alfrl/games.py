@@ -1,0 +1,169 @@
+"""Find, filter and split ALFWorld games, generated or downloaded, in ALFWorld's own layout.
+
+Layout (what ``alfworld-download`` gives, and what ``python -m alfrl generate`` writes)::
+
+    <root>/<split>/<task>-<Obj>-<Mrecep>-<Parent>-<scene>/<trial>/game.tw-pddl
+                                                           /<trial>/traj_data.json
+
+The filter is ALFWorld's own (``AlfredTWEnv.collect_game_files``): the six task
+types, ``solvable: true``, and no path containing ``movable`` or ``Sliced``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from alfrl import TASK_TYPES
+from alfrl.paths import games_dir
+
+SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
+GOAL_RE = re.compile(r'"rhs": "Your task is to: (.*?)\."')
+
+
+class GameDataError(Exception):
+    """Game data is missing or broken; the message says which file and what to do."""
+
+
+HOW_TO_GET_GAMES = (
+    "Get games in one of two ways:\n"
+    "  * the course's generated games: `python -m alfrl setup` (expands data/packs into data/games),\n"
+    "    or make new ones with `python -m alfrl generate --out DIR`;\n"
+    "  * ALFWorld's official games: `alfworld-download` puts them in $ALFWORLD_DATA/json_2.1.1\n"
+    "    (default ~/.cache/alfworld/json_2.1.1); pass that folder as the data dir.")
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """One playable game: where it is and what it asks for."""
+
+    path: Path
+    """The ``game.tw-pddl`` file."""
+    split: str
+    task_type: str
+    goal: str
+    """The task text the player reads, e.g. ``put a clean mug in coffeemachine``."""
+    walkthrough: tuple[str, ...]
+    """The handcoded expert's winning command list (starts with ``look``)."""
+    scene: int
+    object_target: str
+    parent_target: str
+    toggle_target: str
+
+    @property
+    def game_id(self) -> str:
+        """``<task>-<Obj>-<Mrecep>-<Parent>-<scene>/<trial>``: unique within a split."""
+        return f"{self.path.parent.parent.name}/{self.path.parent.name}"
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise GameDataError(f"{path}: {what} is missing.\n{HOW_TO_GET_GAMES}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GameDataError(f"{path}: corrupt or truncated {what} ({e}). Delete it and expand or "
+                            f"download the games again.\n{HOW_TO_GET_GAMES}") from None
+    if not isinstance(data, dict):
+        raise GameDataError(f"{path}: {what} is not a JSON object; the file is corrupt.")
+    return data
+
+
+def read_game(path: Path, split: str = "") -> GameSpec | None:
+    """Read one game; None when ALFWorld's filter drops it (unsolvable, other task type).
+
+    Raises :class:`GameDataError` naming the file if it is corrupt or incomplete.
+    """
+    path = Path(path)
+    traj = _read_json(path.parent / "traj_data.json", "traj_data.json")
+    task_type = traj.get("task_type")
+    if task_type not in TASK_TYPES:
+        return None
+    game = _read_json(path, "game file")
+    missing = [k for k in ("pddl_domain", "grammar", "pddl_problem", "solvable") if k not in game]
+    params = traj.get("pddl_params")
+    if missing or not isinstance(params, dict):
+        what = f"keys {missing}" if missing else "traj_data 'pddl_params'"
+        raise GameDataError(f"{path}: not a complete ALFWorld game (no {what}). Rebuild it.")
+    if not game["solvable"]:
+        return None
+    goal = GOAL_RE.search(game["grammar"])
+    if not goal:
+        raise GameDataError(f"{path}: the grammar has no task text; the file is corrupt or was made "
+                            "without `add_task_to_grammar`.")
+    return GameSpec(path=path, split=split or path.parent.parent.parent.name, task_type=task_type,
+                    goal=goal.group(1), walkthrough=tuple(game.get("walkthrough") or ()),
+                    scene=int(traj.get("scene", {}).get("scene_num", -1)),
+                    object_target=params.get("object_target") or "",
+                    parent_target=params.get("parent_target") or "",
+                    toggle_target=params.get("toggle_target") or "")
+
+
+def find_game_files(split_dir: Path) -> list[Path]:
+    """``game.tw-pddl`` files under a split folder, sorted, without movable/Sliced trials."""
+    files = sorted(Path(split_dir).glob("*/*/game.tw-pddl"))
+    return [f for f in files if "movable" not in str(f.parent) and "Sliced" not in str(f.parent)]
+
+
+def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
+    """The folder holding split folders. Accepts ``$ALFWORLD_DATA`` (with ``json_2.1.1`` inside).
+
+    With no argument: ``$ALFRL_DATA_DIR`` or ``data/games``, expanded from the committed
+    packs on first use.
+    """
+    if data_dir is None:
+        from alfrl.pack import default_packs, ensure_games
+        root = games_dir()
+        if default_packs():
+            ensure_games(root)
+    else:
+        root = Path(data_dir).expanduser()
+    if not root.is_dir():
+        raise GameDataError(f"data dir {root} does not exist.\n{HOW_TO_GET_GAMES}")
+    if (root / "json_2.1.1").is_dir() and not any((root / s).is_dir() for s in SPLITS):
+        root = root / "json_2.1.1"
+    return root
+
+
+def available_splits(data_dir: str | Path | None = None) -> list[str]:
+    root = resolve_data_dir(data_dir)
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and find_game_files(p))
+
+
+def load_games(split: str, data_dir: str | Path | None = None, task_types: tuple[str, ...] | None = None,
+               limit: int | None = None, seed: int | None = None) -> list[GameSpec]:
+    """The playable games of ``split``: sorted by game id, or shuffled by ``seed``.
+
+    ``task_types`` keeps only those types; ``limit`` takes the first games after ordering.
+    """
+    root = resolve_data_dir(data_dir)
+    split_dir = root / split
+    if not split_dir.is_dir():
+        have = sorted(p.name for p in root.iterdir() if p.is_dir())
+        raise GameDataError(f"no split {split!r} in {root} (found: {have or 'nothing'}).\n{HOW_TO_GET_GAMES}")
+    unknown = set(task_types or ()) - set(TASK_TYPES)
+    if unknown:
+        raise ValueError(f"unknown task types {sorted(unknown)}; choose from {list(TASK_TYPES)}")
+    games = [g for f in find_game_files(split_dir) if (g := read_game(f, split)) is not None
+             and (task_types is None or g.task_type in task_types)]
+    if not games:
+        raise GameDataError(f"{split_dir} holds no playable games.\n{HOW_TO_GET_GAMES}")
+    games.sort(key=lambda g: g.game_id)
+    if seed is not None:
+        games = shuffled(games, seed)
+    return games[:limit] if limit is not None else games
+
+
+def shuffled(games: list[GameSpec], seed: int) -> list[GameSpec]:
+    """A copy of ``games`` in a seeded order (the same seed always gives the same order)."""
+    order = sorted(games, key=lambda g: g.game_id)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def by_task(games: list[GameSpec]) -> dict[str, list[GameSpec]]:
+    """Games grouped by task type, in ALFWorld's task order."""
+    return {t: [g for g in games if g.task_type == t] for t in TASK_TYPES if any(g.task_type == t for g in games)}

@@ -1,0 +1,97 @@
+"""Game packs: generated games stored compactly in git, expanded to game files on first use.
+
+A game file is 60-90 KB, mostly the PDDL domain and text grammar, which are the
+same in every game and ship with the installed ``alfworld``. A pack keeps only
+what differs: one JSON record per game (PDDL problem, task, goal text, expert
+walkthrough), xz-compressed. :func:`expand` rebuilds the exact files
+``python -m alfrl generate`` writes, and checks each one against the SHA-256 the
+generator recorded, so a different alfworld version is caught, not silently used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from alfrl import pddl
+from alfrl.generate import write_game
+from alfrl.paths import PACK_DIR, games_dir
+
+PACK_FIELDS = ("split", "index", "task_id", "task_type", "scene", "pddl_params", "goal", "goals",
+               "pddl_problem", "walkthrough")
+
+
+def game_sha256(record: dict) -> str:
+    text = pddl.game_json(record["pddl_problem"], record["goal"], record["walkthrough"])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_pack(records: list[dict], path: Path) -> Path:
+    """Write records (in index order) to an xz-compressed JSONL pack."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for record in sorted(records, key=lambda r: r["index"]):
+        slim = {k: record[k] for k in PACK_FIELDS}
+        slim["sha256"] = game_sha256(record)
+        lines.append(json.dumps(slim, sort_keys=True))
+    with lzma.open(path, "wt", preset=9 | lzma.PRESET_EXTREME) as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def read_pack(path: Path) -> list[dict]:
+    """The records of a pack; a clear error if the file is missing or damaged."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"game pack {path} is missing: restore it with `git checkout -- {path}` "
+                                "or make games with `python -m alfrl generate`")
+    try:
+        with lzma.open(path, "rt") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (lzma.LZMAError, EOFError, json.JSONDecodeError) as e:
+        raise ValueError(f"game pack {path} is damaged ({e}); restore it with `git checkout -- {path}`") from e
+
+
+def expand(pack: Path, root: Path, force: bool = False) -> int:
+    """Write the games of ``pack`` under ``root/<split>/``; return how many were written.
+
+    Skips the work when ``root/<split>/.pack`` says this very pack was expanded there.
+    """
+    pack = Path(pack)
+    digest = hashlib.sha256(pack.read_bytes()).hexdigest()
+    split = pack.name.split(".")[0]
+    stamp = Path(root) / split / ".pack"
+    if not force and stamp.exists() and stamp.read_text().strip() == digest:
+        return 0
+    records = read_pack(pack)
+    mismatched = []
+    for record in tqdm(records, desc=f"expand {split}", unit="game", leave=False):
+        game = write_game(record, Path(root) / split)
+        if hashlib.sha256(game.read_bytes()).hexdigest() != record["sha256"]:
+            mismatched.append(game)
+    if mismatched:
+        raise RuntimeError(f"{len(mismatched)} expanded games differ from the generator's (first: "
+                           f"{mismatched[0]}); the installed alfworld is not the pinned one: "
+                           "reinstall with `pip install -e .`")
+    stamp.write_text(digest + "\n")
+    return len(records)
+
+
+def default_packs() -> list[Path]:
+    return sorted(PACK_DIR.glob("*.jsonl.xz"))
+
+
+def ensure_games(root: Path | None = None, force: bool = False) -> Path:
+    """Expand the committed packs into ``root`` (default ``data/games``) if not done yet."""
+    root = Path(root) if root else games_dir()
+    packs = default_packs()
+    if not packs:
+        raise FileNotFoundError(f"no game packs in {PACK_DIR}; make games with `python -m alfrl generate`")
+    for pack in packs:
+        expand(pack, root, force=force)
+    return root

@@ -1,0 +1,16 @@
+"""Where the course keeps its data: ``data/packs`` (in git) and ``data/games`` (expanded)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout the package was installed from (``pip install -e .``)."""
+PACK_DIR = REPO_ROOT / "data" / "packs"
+"""Compact generated games, committed: one ``<split>.jsonl.xz`` per split."""
+
+
+def games_dir() -> Path:
+    """Where games are expanded and looked up by default: ``$ALFRL_DATA_DIR`` or ``data/games``."""
+    return Path(os.environ.get("ALFRL_DATA_DIR", REPO_ROOT / "data" / "games"))
