@@ -35,7 +35,11 @@ def cmd_setup(args: argparse.Namespace) -> None:
     from alfrl.paths import games_dir
     root = Path(args.data_dir) if args.data_dir else games_dir()
     start = time.time()
-    written = sum(expand(p, root, force=args.force) for p in default_packs())
+    packs = default_packs()
+    if not packs:
+        raise FileNotFoundError("no game packs in data/packs: restore them with `git checkout -- data/packs`, "
+                                "or make games with `python -m alfrl generate --out data/games`")
+    written = sum(expand(p, root, force=args.force) for p in packs)
     note = f"expanded {written} games" if written else "games already expanded"
     print(f"{note} in {root} ({time.time() - start:.1f} s)\n")
     print(_table(str(root)))

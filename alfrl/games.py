@@ -68,7 +68,7 @@ def _read_json(path: Path, what: str) -> dict:
         raise GameDataError(f"{path}: corrupt or truncated {what} ({e}). Delete it and expand or "
                             f"download the games again.\n{HOW_TO_GET_GAMES}") from None
     if not isinstance(data, dict):
-        raise GameDataError(f"{path}: {what} is not a JSON object; the file is corrupt.")
+        raise GameDataError(f"{path}: {what} is not a JSON object; the file is corrupt.\n{HOW_TO_GET_GAMES}")
     return data
 
 
@@ -87,13 +87,13 @@ def read_game(path: Path, split: str = "") -> GameSpec | None:
     params = traj.get("pddl_params")
     if missing or not isinstance(params, dict):
         what = f"keys {missing}" if missing else "traj_data 'pddl_params'"
-        raise GameDataError(f"{path}: not a complete ALFWorld game (no {what}). Rebuild it.")
+        raise GameDataError(f"{path}: not a complete ALFWorld game (no {what}). Rebuild it.\n{HOW_TO_GET_GAMES}")
     if not game["solvable"]:
         return None
     goal = GOAL_RE.search(game["grammar"])
     if not goal:
         raise GameDataError(f"{path}: the grammar has no task text; the file is corrupt or was made "
-                            "without `add_task_to_grammar`.")
+                            f"without `add_task_to_grammar`.\n{HOW_TO_GET_GAMES}")
     return GameSpec(path=path, split=split or path.parent.parent.parent.name, task_type=task_type,
                     goal=goal.group(1), walkthrough=tuple(game.get("walkthrough") or ()),
                     scene=int(traj.get("scene", {}).get("scene_num", -1)),
@@ -105,7 +105,9 @@ def read_game(path: Path, split: str = "") -> GameSpec | None:
 def find_game_files(split_dir: Path) -> list[Path]:
     """``game.tw-pddl`` files under a split folder, sorted, without movable/Sliced trials."""
     files = sorted(Path(split_dir).glob("*/*/game.tw-pddl"))
-    return [f for f in files if "movable" not in str(f.parent) and "Sliced" not in str(f.parent)]
+    # Only the game's own folders count: a data dir under, say, ~/Sliced/ must not lose every game.
+    trials = [(f, str(f.parent.relative_to(split_dir))) for f in files]
+    return [f for f, t in trials if "movable" not in t and "Sliced" not in t]
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
@@ -129,8 +131,13 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
 
 
 def available_splits(data_dir: str | Path | None = None) -> list[str]:
+    """The split folders of the data dir that hold game files; an error if there are none."""
     root = resolve_data_dir(data_dir)
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and find_game_files(p))
+    splits = sorted(p.name for p in root.iterdir() if p.is_dir() and find_game_files(p))
+    if not splits:
+        raise GameDataError(f"{root} holds no games (expected <split>/<task>-.../<trial>/game.tw-pddl)."
+                            f"\n{HOW_TO_GET_GAMES}")
+    return splits
 
 
 def load_games(split: str, data_dir: str | Path | None = None, task_types: tuple[str, ...] | None = None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
@@ -157,6 +158,14 @@ def generate_split(cfg: GenerateConfig, split: str, n: int) -> list[dict]:
         raise RuntimeError(f"{out / split} holds games made with other settings (e.g. game {stale[0]}); "
                            "generate into a new --out folder, or delete that one first")
     plan = task_plan(split, n, cfg.seed)
+    # The plan depends on n: journaled games made for another n that no longer fit it
+    # (other task type, or index >= n) are made again, and their folders removed.
+    unfit = sorted(i for i, r in done.items() if i >= n or r["task_type"] != plan[i])
+    for i in unfit:
+        folder = out / split / game_id(done.pop(i))
+        shutil.rmtree(folder, ignore_errors=True)
+        if folder.parent.is_dir() and not any(folder.parent.iterdir()):
+            folder.parent.rmdir()
     jobs = [(split, i, plan[i], cfg.seed, cfg.size, cfg.max_attempts) for i in range(n) if i not in done]
     bar = tqdm(total=n, initial=n - len(jobs), desc=f"generate {split}", unit="game")
     with open(_journal(out, split), "a") as journal:

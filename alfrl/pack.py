@@ -44,12 +44,17 @@ def write_pack(records: list[dict], path: Path) -> Path:
     return path
 
 
-def read_pack(path: Path) -> list[dict]:
-    """The records of a pack; a clear error if the file is missing or damaged."""
+def _existing(path: Path) -> Path:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"game pack {path} is missing: restore it with `git checkout -- {path}` "
                                 "or make games with `python -m alfrl generate`")
+    return path
+
+
+def read_pack(path: Path) -> list[dict]:
+    """The records of a pack; a clear error if the file is missing or damaged."""
+    path = _existing(path)
     try:
         with lzma.open(path, "rt") as f:
             return [json.loads(line) for line in f if line.strip()]
@@ -62,7 +67,7 @@ def expand(pack: Path, root: Path, force: bool = False) -> int:
 
     Skips the work when ``root/<split>/.pack`` says this very pack was expanded there.
     """
-    pack = Path(pack)
+    pack = _existing(pack)
     digest = hashlib.sha256(pack.read_bytes()).hexdigest()
     split = pack.name.split(".")[0]
     stamp = Path(root) / split / ".pack"

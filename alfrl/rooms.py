@@ -89,9 +89,6 @@ class Room:
     objects: dict[str, str] = field(default_factory=dict)  # object id -> receptacle id
     agent_pose: tuple = (0.0, 0.0, 0, 30)
 
-    def rtype(self, rid: str) -> str:
-        return receptacle_type(rid)
-
     def receptacles_of(self, rtype: str) -> list[str]:
         return sorted(r for r in self.receptacles if receptacle_type(r) == rtype)
 
@@ -290,14 +287,22 @@ def populate(room: Room, task: Task, types: tuple[str, ...], size: SizeConfig,
 
 
 def shrink(room: Room, task: Task, size: SizeConfig, rng: random.Random) -> None:
-    """Drop receptacles beyond ``size.max_receptacles``, keeping those the task needs."""
+    """Drop receptacles beyond ``size.max_receptacles``, keeping those the task needs.
+
+    The task needs one receptacle of its goal type, one of its station (microwave,
+    fridge, sink or bathtub basin), the lamp's host and where its targets lie (two
+    targets for pick-two, else one): at most 6, so the cap holds for any cap >= 6.
+    """
     if size.max_receptacles is None or len(room.receptacles) <= size.max_receptacles:
         return
-    needed = {r for r in room.receptacles if receptacle_type(r) in
-              {task.parent_target, STATION.get(task.task_type, ""), *(
-                  ("BathtubBasin",) if task.task_type == "pick_clean_then_place_in_recep" else ())}}
-    needed |= {r for o, r in room.objects.items()
-               if object_type(o) in (task.object_target, task.toggle_target)}
+    types = [task.parent_target, STATION.get(task.task_type, "")]
+    if task.task_type == "pick_clean_then_place_in_recep":
+        types.append("BathtubBasin")
+    needed = {rng.choice(room.receptacles_of(t)) for t in types if room.receptacles_of(t)}
+    targets = sorted(o for o in room.objects if object_type(o) == task.object_target)
+    k = 2 if task.task_type == "pick_two_obj_and_place" else 1
+    needed |= {room.objects[o] for o in rng.sample(targets, min(k, len(targets)))}
+    needed |= {r for o, r in room.objects.items() if object_type(o) == task.toggle_target}
     others = sorted(set(room.receptacles) - needed)
     rng.shuffle(others)
     keep = needed | set(others[:max(0, size.max_receptacles - len(needed))])
@@ -336,6 +341,3 @@ def make_room(task_type: str, scene: int, size: SizeConfig, rng: random.Random) 
 def scenes_for(task_type: str, split: str) -> list[int]:
     return [s for s in SPLIT_SCENES[split] if room_type(s) in TASK_ROOMS[task_type]]
 
-
-__all__ = ["SizeConfig", "Room", "Task", "TASK_TYPES", "make_room", "scenes_for", "build_receptacles",
-           "choose_task", "floor_plan", "TRAIN_SCENES", "UNSEEN_SCENES"]

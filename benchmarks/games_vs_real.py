@@ -24,7 +24,7 @@ from alfrl.games import find_game_files, read_game
 
 def game_stats(path: Path) -> tuple[int, int]:
     problem = json.loads(path.read_text())["pddl_problem"]
-    init = problem[problem.index("(:init"):]
+    init = problem[problem.index("(:init"):problem.index("(:goal")]
     return init.count("(receptacleType "), init.count("(inReceptacle ")
 
 
