@@ -1,0 +1,122 @@
+"""Every course notebook runs end to end (papermill, smoke parameters), and teaches the package's code.
+
+Add a notebook by adding one line to ``NOTEBOOKS``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+
+NOTEBOOKS = [
+    # (file, smoke parameters for papermill); data_dir None = the committed games (data/packs)
+    ("00_setup.ipynb", {"data_dir": None, "split": "valid_seen", "demo_index": 0, "max_steps_shown": 5}),
+    ("01_alfworld_env.ipynb", {"data_dir": None, "split": "valid_seen", "k": 4, "workers": 2,
+                               "interactive": False, "timing_steps": 5}),
+]
+
+
+def read_notebook(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+
+
+def notebook_definitions(name: str, wanted: str, namespace: dict | None = None) -> dict:
+    """Exec only the imports, constants (UPPER_CASE names), classes and defs of the code cell
+    that defines ``wanted``, so a test checks the code the learner reads, not a copy of it."""
+    for cell in read_notebook(name).cells:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        if not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == wanted for n in tree.body):
+            continue
+        keep = [n for n in tree.body
+                if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef))
+                or (isinstance(n, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper()
+                                                      for t in n.targets))]
+        namespace = dict(namespace or {})
+        exec(compile(ast.Module(body=keep, type_ignores=[]), f"{name}:{wanted}", "exec"), namespace)
+        return namespace
+    raise AssertionError(f"{name} has no code cell defining {wanted!r}")
+
+
+@pytest.mark.parametrize("name", [n for n, _ in NOTEBOOKS])
+def test_notebook_is_clean(name):
+    """A `parameters` cell for papermill, and no stored outputs (CI runs them; diffs stay small)."""
+    nb = read_notebook(name)
+    nbformat.validate(nb)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and tagged[0].cell_type == "code", "need exactly one code cell tagged 'parameters'"
+    dirty = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not dirty, f"cells {dirty} store outputs: clear them (python scripts/new_notebook.py clean {name})"
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+
+
+@pytest.mark.parametrize("name,parameters", NOTEBOOKS, ids=[n for n, _ in NOTEBOOKS])
+def test_notebook_runs(name, parameters, tmp_path):
+    import papermill
+
+    out = tmp_path / name
+    papermill.execute_notebook(str(NOTEBOOK_DIR / name), str(out), parameters=parameters,
+                               kernel_name="python3", cwd=str(NOTEBOOK_DIR), progress_bar=False)
+    errors = [o for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, errors
+
+
+# --- 00_setup: the notebook's is_playable is ALFWorld's filter, as alfrl.games applies it -------
+
+@pytest.fixture(scope="module")
+def one_game(tmp_path_factory) -> Path:
+    """The trial folder of one small generated game (the expert wins it)."""
+    from alfrl.generate import GenerateConfig, generate
+    from alfrl.rooms import SizeConfig
+
+    out = tmp_path_factory.mktemp("gen")
+    generate(GenerateConfig(out=str(out), n=1, splits=("valid_unseen",), workers=1,
+                            size=SizeConfig(max_receptacles=6, max_object_types=3)))
+    (game,) = (out / "valid_unseen").glob("*/*/game.tw-pddl")
+    return game.parent
+
+
+def _variant(trial: Path, split_dir: Path, task_folder: str, edit=None) -> Path:
+    dst = split_dir / task_folder / trial.name
+    shutil.copytree(trial, dst)
+    if edit:
+        edit(dst)
+    return dst / "game.tw-pddl"
+
+
+def _edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def test_is_playable_matches_alfrl_games(one_game, tmp_path):
+    from alfrl.games import find_game_files, read_game
+
+    ns = notebook_definitions("00_setup.ipynb", "is_playable", {"Path": Path, "json": json})
+    is_playable = ns["is_playable"]
+    split_dir = tmp_path / "valid_unseen"
+    name = one_game.parent.name  # <task>-<Obj>-<Mrecep>-<Parent>-<scene>
+    files = {
+        "kept": _variant(one_game, split_dir, name),
+        "movable": _variant(one_game, split_dir, name + "-movable"),
+        "sliced": _variant(one_game, split_dir, name.replace("-", "-Sliced-", 1)),
+        "unsolvable": _variant(one_game, split_dir, name + "-unsolvable",
+                               lambda d: _edit_json(d / "game.tw-pddl", solvable=False)),
+        "other task type": _variant(one_game, split_dir, name + "-othertask",
+                                    lambda d: _edit_json(d / "traj_data.json",
+                                                         task_type="pick_and_place_with_movable_recep")),
+    }
+    package = {f for f in find_game_files(split_dir) if read_game(f) is not None}
+    notebook = {f for f in sorted(split_dir.glob("*/*/game.tw-pddl")) if is_playable(f)}
+    assert notebook == package == {files["kept"]}
