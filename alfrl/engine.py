@@ -55,11 +55,13 @@ class CachedGrammar(ContextSensitiveGrammar):
     only the parsing of a symbol string or a condition happens once per string.
     """
 
+    # Parses depend only on the text, so every game in the process shares them.
+    _symbols: dict[str, list] = {}
+    _queries: dict[str, Rule] = {}
+
     def __init__(self, base: ContextSensitiveGrammar):
         super().__init__()
         self._rules = base._rules
-        self._symbols: dict[str, list] = {}
-        self._queries: dict[str, Rule] = {}
 
     def _parse(self, text: str) -> list:
         if text not in self._symbols:
