@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import lzma
+import shutil
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -65,7 +66,8 @@ def read_pack(path: Path) -> list[dict]:
 def expand(pack: Path, root: Path, force: bool = False) -> int:
     """Write the games of ``pack`` under ``root/<split>/``; return how many were written.
 
-    Skips the work when ``root/<split>/.pack`` says this very pack was expanded there.
+    Skips the work when ``root/<split>/.pack`` says this very pack was expanded there; a
+    split expanded from another pack is removed first, so no stale game lingers.
     """
     pack = _existing(pack)
     digest = hashlib.sha256(pack.read_bytes()).hexdigest()
@@ -74,6 +76,8 @@ def expand(pack: Path, root: Path, force: bool = False) -> int:
     if not force and stamp.exists() and stamp.read_text().strip() == digest:
         return 0
     records = read_pack(pack)
+    if stamp.exists():  # games expanded from an older pack would linger beside the new ones
+        shutil.rmtree(stamp.parent)
     mismatched = []
     for record in tqdm(records, desc=f"expand {split}", unit="game", leave=False):
         game = write_game(record, Path(root) / split)

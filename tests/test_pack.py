@@ -65,6 +65,7 @@ def test_another_pack_is_expanded_over_a_stamp(tiny_games, pack, tmp_path):
     expand(pack, root)
     smaller = write_pack(tiny_games.records[SPLIT][:2], tmp_path / "other" / f"{SPLIT}.jsonl.xz")
     assert expand(smaller, root) == 2
+    assert len(list((root / SPLIT).glob("*/*/game.tw-pddl"))) == 2  # the old pack's other games are gone
     assert (root / SPLIT / ".pack").read_text().strip() == hashlib.sha256(smaller.read_bytes()).hexdigest()
 
 
