@@ -7,12 +7,15 @@ A profile of the standard setup (TextWorld's ``PddlEnv`` + ``AlfredDemangler`` +
   (``fast_downward.pddl2sas``: once as is, once optimised for a planner we never
   call): about 70% of a load + reset;
 * every step re-parses, with TatSu, each admissible command's template and every
-  grammar condition it meets (``_parse_and_convert``): about half of a step.
+  grammar condition it meets (``_parse_and_convert``): about half of a step;
+* every symbol expanded deep-copies its context (entity infos, mappings): most of
+  the other half, and about 80% of a step once the parses are memoised.
 
 :class:`FastPddlEnv` is a ``PddlEnv`` that keeps ALFWorld's domain, grammar and
 state semantics and only removes that repetition: a game is compiled once per
 process (parsed grammar + one SAS translation) and shared by every copy; the
-TatSu parses are memoised (:class:`CachedGrammar`). The equivalence tests replay
+TatSu parses are memoised and contexts copied shallowly (:class:`CachedGrammar`).
+The equivalence tests replay
 whole walkthroughs of every task type in both engines and compare every
 observation and admissible-command list.
 """
