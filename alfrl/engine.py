@@ -15,9 +15,8 @@ A profile of the standard setup (TextWorld's ``PddlEnv`` + ``AlfredDemangler`` +
 state semantics and only removes that repetition: a game is compiled once per
 process (parsed grammar + one SAS translation) and shared by every copy; the
 TatSu parses are memoised and contexts copied shallowly (:class:`CachedGrammar`).
-The equivalence tests replay
-whole walkthroughs of every task type in both engines and compare every
-observation and admissible-command list.
+The equivalence tests replay whole walkthroughs of every task type in both engines
+and compare every observation and admissible-command list.
 """
 
 from __future__ import annotations
