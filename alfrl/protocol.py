@@ -1,0 +1,147 @@
+"""The tool protocol: one tool, ``alfworld_step(action)``, prompts, reply parsing, token-exact prompts.
+
+Each turn the model writes a reply that must end with exactly one tool call::
+
+    <tool_call>
+    {"name": "alfworld_step", "arguments": {"action": "go to countertop 1"}}
+    </tool_call>
+
+(Qwen3.5-style templates write the same call as XML parameters; both are accepted.)
+The game's answer comes back as a tool result: a status line, the observation, and
+"Available actions (copy one exactly)".
+
+Prompts grow by prefix extension, never by re-tokenising history:
+``prompt_{t+1} = prompt_t + completion_t + closing tokens + tool-result tokens``, where
+the closing tokens (what the chat template puts after an assistant message) and the
+tool-result tokens are derived from the model's own chat template.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+TOOL_NAME = "alfworld_step"
+TOOL_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Send one command to the ALFWorld household game and get back what happens.",
+        "parameters": {
+            "type": "object",
+            "properties": {"action": {"type": "string",
+                                      "description": "One of the available actions, copied exactly."}},
+            "required": ["action"],
+        },
+    },
+}
+
+SYSTEM_PROMPT = f"""You are an agent in a text-based household game (ALFWorld). Each turn you see \
+what happened and the actions available now; you act by calling the tool {TOOL_NAME}.
+
+Tool: {json.dumps(TOOL_SCHEMA["function"])}
+
+Think briefly if you need to, then end every reply with exactly one tool call, and nothing after it:
+<tool_call>
+{{"name": "{TOOL_NAME}", "arguments": {{"action": "go to countertop 1"}}}}
+</tool_call>
+Copy the action exactly from the list of available actions."""
+
+EXECUTED = "Action executed."
+COMPLETED = "Task completed successfully."
+NOT_ADMISSIBLE = "Action not admissible: {action!r} is not in the list of available actions."
+BAD_FORMAT = "Invalid tool-call format: {reason}"
+
+
+def actions_block(admissible: list[str]) -> str:
+    return "Available actions (copy one exactly):\n" + "\n".join(f"- {a}" for a in admissible)
+
+
+def first_user_message(task: str, observation: str, admissible: list[str]) -> str:
+    """The opening user message: the task, the first observation, the available actions."""
+    return f"Your task is to: {task}\n\nObservation: {observation.strip()}\n\n{actions_block(admissible)}"
+
+
+def tool_result_message(status: str, observation: str, admissible: list[str]) -> str:
+    """A tool result: status line, observation, available actions."""
+    return f"{status}\nObservation: {observation.strip()}\n\n{actions_block(admissible)}"
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """A reply checked against the protocol: the canonical action, or why it was rejected."""
+
+    action: str | None
+    reason: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.action is not None
+
+
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
+_XML_CALL = re.compile(r"^<function=([^>\n]*)>\s*(.*?)\s*</function>$", re.S)
+_XML_PARAM = re.compile(r"<parameter=([^>\n]*)>\n?(.*?)\n?</parameter>", re.S)
+
+
+def canonical_action(action: str) -> str:
+    """Lower case, single spaces: ``Go  to CounterTop 1`` -> ``go to countertop 1``."""
+    return " ".join(action.lower().split())
+
+
+def _reject(reason: str) -> ParsedReply:
+    return ParsedReply(action=None, reason=reason)
+
+
+def _call_body(body: str) -> tuple[str | None, object, str]:
+    """(tool name, arguments, error) from the inside of one ``<tool_call>`` block."""
+    body = body.strip()
+    if body.startswith("{"):
+        try:
+            call = json.loads(body)
+        except json.JSONDecodeError as e:
+            return None, None, f"the tool call is not valid JSON ({e.msg} at character {e.pos})"
+        if not isinstance(call, dict) or "name" not in call or "arguments" not in call:
+            return None, None, 'the tool call must be {"name": ..., "arguments": {"action": ...}}'
+        arguments = call["arguments"]
+        if isinstance(arguments, str):  # some models encode the arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                return None, None, "the tool call's arguments are not a JSON object"
+        return str(call["name"]), arguments, ""
+    match = _XML_CALL.match(body)
+    if match:
+        return match.group(1).strip(), {k.strip(): v for k, v in _XML_PARAM.findall(match.group(2))}, ""
+    return None, None, "the tool call must hold a JSON object or <function=...> parameters"
+
+
+def parse_reply(text: str) -> ParsedReply:
+    """Check a reply: exactly one ``alfworld_step`` call, at the end, with a one-line action."""
+    opens, closes = text.count(_CALL_OPEN), text.count(_CALL_CLOSE)
+    if opens == 0:
+        return _reject(f"no tool call; end your reply with {_CALL_OPEN}...{_CALL_CLOSE}")
+    if opens > 1 or closes > 1:
+        return _reject("more than one tool call; send exactly one per reply")
+    if closes == 0:
+        return _reject(f"the tool call is not closed with {_CALL_CLOSE}")
+    start, end = text.index(_CALL_OPEN), text.index(_CALL_CLOSE)
+    if end < start:
+        return _reject(f"{_CALL_CLOSE} comes before {_CALL_OPEN}")
+    if text[end + len(_CALL_CLOSE):].strip():
+        return _reject("text after the tool call; the tool call must end the reply")
+    name, arguments, error = _call_body(text[start + len(_CALL_OPEN):end])
+    if error:
+        return _reject(error)
+    if name != TOOL_NAME:
+        return _reject(f"unknown tool {name!r}; the only tool is {TOOL_NAME}")
+    if not isinstance(arguments, dict) or not isinstance(arguments.get("action"), str):
+        return _reject('the arguments must be {"action": "<one available action>"}')
+    action = arguments["action"]
+    if "\n" in action.strip():
+        return _reject("the action spans several lines; send one action on one line")
+    action = canonical_action(action)
+    if not action:
+        return _reject("the action is empty")
+    return ParsedReply(action=action)
