@@ -145,3 +145,84 @@ def parse_reply(text: str) -> ParsedReply:
     if not action:
         return _reject("the action is empty")
     return ParsedReply(action=action)
+
+
+# --- token-exact prompts -------------------------------------------------------------
+
+class TemplateError(ValueError):
+    """The chat template cannot be extended by prefix (it rewrites earlier turns)."""
+
+
+_PROBE = "\u2063ALFRL-PROBE\u2063"
+
+
+class ChatFormat:
+    """What a model's chat template puts around turns, derived from the template itself.
+
+    ``closing`` is the text after an assistant message's content (``<|im_end|>\\n`` for
+    ChatML templates); :meth:`tool_turn` is the text a tool result adds, up to and
+    including the next assistant header. Both come from rendering probe conversations,
+    so no template's tokens are hard-coded.
+    """
+
+    def __init__(self, tokenizer, tool_role: str = "tool"):
+        self.tokenizer = tokenizer
+        self.tool_role = tool_role
+        self.uses_tools = self._render(self._probe_messages()[:2], tools=[TOOL_SCHEMA]) != \
+            self._render(self._probe_messages()[:2])
+        self.system_prompt = SYSTEM_PROMPT if not self.uses_tools else SYSTEM_PROMPT.split("\n\nTool: ")[0] + \
+            SYSTEM_PROMPT[SYSTEM_PROMPT.index("\n\nThink briefly"):]
+        with_reply = self._render(self._probe_messages())
+        end = with_reply.rindex(_PROBE) + len(_PROBE)
+        self.closing = with_reply[end:]
+
+    def _probe_messages(self) -> list[dict]:
+        return [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                {"role": "assistant", "content": _PROBE}]
+
+    def _render(self, messages: list[dict], generation_prompt: bool = False, tools=None) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
+                                                  add_generation_prompt=generation_prompt)
+
+    def tools(self):
+        return [TOOL_SCHEMA] if self.uses_tools else None
+
+    def messages(self, task: str, observation: str, admissible: list[str]) -> list[dict]:
+        """The opening conversation: system prompt (with the tool where the template shows none) and task."""
+        return [{"role": "system", "content": self.system_prompt},
+                {"role": "user", "content": first_user_message(task, observation, admissible)}]
+
+    def render(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self._render(messages, generation_prompt, tools=self.tools())
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def initial_prompt(self, task: str, observation: str, admissible: list[str]) -> list[int]:
+        """Token ids of the first prompt, ending with the assistant header."""
+        return self.encode(self.render(self.messages(task, observation, admissible), True))
+
+    def tool_turn(self, history: list[dict], content: str) -> str:
+        """The text a tool result adds after ``history`` (which ends with an assistant reply)."""
+        before = self.render(history, False)
+        after = self.render(history + [{"role": self.tool_role, "content": content}], True)
+        if not after.startswith(before):
+            raise TemplateError("this chat template rewrites earlier turns when a tool result is added, so "
+                                "prompts cannot grow by prefix extension; use a prefix-stable template")
+        return after[len(before):]
+
+
+def build_next_prompt(fmt: ChatFormat, prompt: list[int], completion: list[int], history: list[dict],
+                      tool_content: str) -> list[int]:
+    """``prompt + completion + closing tokens + tool-result tokens``: no history re-tokenized.
+
+    ``completion`` is what the sampler returned (ending with the end-of-turn token when it
+    stopped there, which the closing text then starts with and is not repeated). ``history``
+    is the conversation so far as messages, the last one the assistant reply: the template
+    needs it only to know how a tool turn looks after it.
+    """
+    closing = fmt.encode(fmt.closing)
+    eos = fmt.tokenizer.eos_token_id
+    if completion and closing and completion[-1] == eos and closing[0] == eos:
+        closing = closing[1:]
+    return list(prompt) + list(completion) + closing + fmt.encode(fmt.tool_turn(history, tool_content))

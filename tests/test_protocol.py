@@ -75,3 +75,60 @@ def test_system_prompt_describes_the_tool():
     assert json.dumps(TOOL_SCHEMA["function"]) in SYSTEM_PROMPT
     example = SYSTEM_PROMPT[SYSTEM_PROMPT.index("<tool_call>"):SYSTEM_PROMPT.index("</tool_call>") + 12]
     assert parse_reply(example) == ParsedReply(action="go to countertop 1")
+
+
+# --- token-exact prompts on the bundled model's real chat template ----------------------
+
+from alfrl.protocol import ChatFormat, TemplateError, build_next_prompt  # noqa: E402
+
+TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
+
+
+@pytest.fixture(scope="module")
+def fmt():
+    from alfrl.models import load_tokenizer
+    return ChatFormat(load_tokenizer())
+
+
+def reply_for(action: str) -> str:
+    return f"Next: {action}.\n" + call(action)
+
+
+def test_format_is_derived_from_the_template(fmt):
+    assert fmt.closing == "<|im_end|>\n"
+    assert not fmt.uses_tools  # SmolLM2's template ignores tools=, so the system prompt carries the tool
+    assert json.dumps(TOOL_SCHEMA["function"]) in fmt.messages(TASK, OBS, ACTIONS)[0]["content"]
+    prompt = fmt.tokenizer.decode(fmt.initial_prompt(TASK, OBS, ACTIONS))
+    assert prompt.startswith("<|im_start|>system\nYou are an agent in a text-based household game")
+    assert prompt.endswith("- go to cabinet 1\n- look<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("stopped_on_eos", [True, False])
+def test_prompts_grow_by_prefix_and_equal_the_template(fmt, stopped_on_eos):
+    tok = fmt.tokenizer
+    history = fmt.messages(TASK, OBS, ACTIONS)
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    for turn, action in enumerate(["go to cabinet 1", "open cabinet 1", "look"]):
+        reply = reply_for(action)
+        completion = fmt.encode(reply) + ([tok.eos_token_id] if stopped_on_eos else [])
+        history = history + [{"role": "assistant", "content": reply}]
+        result = tool_result_message("Action executed.", f"Observation {turn}.", ["look", "inventory"])
+        nxt = build_next_prompt(fmt, prompt, completion, history, result)
+        assert nxt[:len(prompt) + len(completion)] == prompt + completion  # strict prefix extension
+        history = history + [{"role": "tool", "content": result}]
+        assert nxt == fmt.encode(fmt.render(history, True))  # what the template renders, token for token
+        prompt = nxt
+
+
+def test_template_that_rewrites_history_is_refused(fmt):
+    from copy import deepcopy
+    tok = deepcopy(fmt.tokenizer)
+    # like reasoning templates that drop earlier assistant turns' thoughts: only the last reply is shown
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+                         "{% if m['role'] == 'assistant' and not loop.last %}[earlier reply]"
+                         "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    other = ChatFormat(tok)
+    history = other.messages(TASK, OBS, ACTIONS) + [{"role": "assistant", "content": reply_for("look")}]
+    with pytest.raises(TemplateError, match="rewrites earlier turns"):
+        other.tool_turn(history, "Action executed.")
