@@ -1,0 +1,97 @@
+"""alfrl.sampler: KV-cached sampling across turns; logprobs that a full forward pass reproduces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from alfrl.models import LoraSpec, load_policy
+from alfrl.protocol import ChatFormat, build_next_prompt, tool_result_message
+from alfrl.sampler import SampleConfig, new_session, token_distribution
+
+TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    return load_policy(lora=LoraSpec(rank=4, alpha=8))
+
+
+@pytest.fixture(scope="module")
+def fmt(policy):
+    return ChatFormat(policy.tokenizer)
+
+
+def full_logprobs(policy, prompt: list[int], completion: list[int], temperature: float = 1.0) -> list[float]:
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([prompt + completion])).logits[0].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
+
+
+def test_token_distribution_by_hand():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    p = [math.exp(x) for x in (2, 1, 0, -1)]
+    z = sum(p)
+    assert torch.allclose(token_distribution(logits, 1.0, 1.0), torch.log(torch.tensor(p) / z))
+    # top_p 0.7: 0.644 alone is short of 0.7, so the nucleus is the first two tokens, renormalised
+    nucleus = token_distribution(logits, 1.0, 0.7)
+    assert math.isclose(float(nucleus[0]), math.log(p[0] / (p[0] + p[1])), rel_tol=1e-6)
+    assert math.isclose(float(nucleus[1]), math.log(p[1] / (p[0] + p[1])), rel_tol=1e-6)
+    assert torch.isinf(nucleus[2:]).all()
+    halved = [math.exp(x / 2) for x in (2, 1, 0, -1)]
+    assert math.isclose(float(token_distribution(logits, 2.0, 1.0)[3]), math.log(halved[3] / sum(halved)),
+                        rel_tol=1e-6)
+
+
+def test_cached_turns_match_a_full_forward_pass(policy, fmt):
+    cfg = SampleConfig(temperature=1.0, max_new_tokens=12)
+    session = new_session(policy, seed=1)
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    history = fmt.messages(TASK, OBS, ACTIONS)
+    for turn in range(2):
+        sample = session.sample(prompt, cfg)
+        assert len(sample.tokens) == len(sample.logprobs) <= 12
+        assert max(abs(a - b) for a, b in zip(sample.logprobs, full_logprobs(policy, prompt, sample.tokens))) < 1e-4
+        # the cache holds exactly the prompt and the sampled tokens but the last (read next turn)
+        assert session.cached == prompt + sample.tokens[:-1]
+        history = history + [{"role": "assistant", "content": policy.tokenizer.decode(sample.tokens,
+                                                                                      skip_special_tokens=True)}]
+        result = tool_result_message("Action executed.", f"Observation {turn}.", ACTIONS)
+        nxt = build_next_prompt(fmt, prompt, sample.tokens, history, result)
+        history = history + [{"role": "tool", "content": result}]
+        expected_new = len(nxt) - len(session.cached)
+        prompt = nxt
+    assert session.sample(prompt, SampleConfig(max_new_tokens=1)).prefilled == expected_new
+
+
+def test_greedy_is_reproducible_and_stops(policy, fmt):
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    a = new_session(policy, seed=0).sample(prompt, SampleConfig(temperature=0, max_new_tokens=200))
+    b = new_session(policy, seed=5).sample(prompt, SampleConfig(temperature=0, max_new_tokens=200))
+    assert a.tokens == b.tokens  # greedy ignores the seed
+    assert a.stopped_on == "eos" and a.tokens[-1] == policy.tokenizer.eos_token_id
+    short = new_session(policy).sample(prompt, SampleConfig(temperature=0, max_new_tokens=3))
+    assert short.stopped_on == "budget" and short.tokens == a.tokens[:3]
+
+
+def test_sampling_is_seeded(policy, fmt):
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    cfg = SampleConfig(temperature=1.0, top_p=0.95, max_new_tokens=16)
+    one, again = (new_session(policy, seed=7).sample(prompt, cfg) for _ in range(2))
+    assert one.tokens == again.tokens and one.logprobs == again.logprobs
+    others = [new_session(policy, seed=s).sample(prompt, cfg).tokens for s in range(8, 11)]
+    assert any(o != one.tokens for o in others)
+
+
+def test_prompt_must_extend_the_history(policy, fmt):
+    session = new_session(policy)
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    session.sample(prompt, SampleConfig(temperature=0, max_new_tokens=2))
+    with pytest.raises(ValueError, match="prefix extension"):
+        session.sample([prompt[0] + 1] + prompt[1:] + [5], SampleConfig(max_new_tokens=1))
+    with pytest.raises(ValueError, match="adds no token"):
+        session.sample(list(session.cached), SampleConfig(max_new_tokens=1))
