@@ -19,9 +19,10 @@ from alfrl import TASK_TYPES
 
 
 def _table(data_dir: str | None) -> str:
-    from alfrl.games import available_splits, load_games
-    splits = available_splits(data_dir)
-    counts = {s: Counter(g.task_type for g in load_games(s, data_dir)) for s in splits}
+    from alfrl.games import available_splits, load_games, resolve_data_dir
+    root = resolve_data_dir(data_dir)  # once: with the default data this checks the packs
+    splits = available_splits(root)
+    counts = {s: Counter(g.task_type for g in load_games(s, root)) for s in splits}
     width = max(len(t) for t in TASK_TYPES)
     lines = [f"{'task type':<{width}}  " + "  ".join(f"{s:>12}" for s in splits)]
     for t in TASK_TYPES:

@@ -34,7 +34,7 @@ from textworld.envs.pddl import PddlEnv
 from textworld.envs.pddl import logic as pddl_logic
 from textworld.envs.pddl.textgen import (ConditionalSymbol, ContextSensitiveGrammar, EvalSymbol,
                                          ListSymbol, NonterminalSymbol, TerminalSymbol,
-                                         _parse_and_convert)
+                                         _parse_and_convert, display_list)
 from textworld.logic import Proposition, Rule, Variable
 
 
@@ -133,18 +133,12 @@ class CachedGrammar(ContextSensitiveGrammar):
                 symbol.symbol.context = symbol.context
                 inner = self._conditional(symbol.symbol) if isinstance(symbol.symbol, ConditionalSymbol) \
                     else symbol.symbol.derive()
-                derivation += symbol_list(inner, symbol.context)[::-1]
+                derivation += display_list(inner, symbol.context)[::-1]
             elif isinstance(symbol, EvalSymbol):
                 derivation += symbol.derive()[::-1]
             else:
                 raise NotImplementedError(f"Unknown symbol: {type(symbol)}")
         return "".join(map(str, derived))
-
-
-def symbol_list(items: list, context) -> list:
-    """``textgen.display_list``: ``a, b, and c`` built from grammar symbols."""
-    from textworld.envs.pddl.textgen import display_list
-    return display_list(items, context)
 
 
 @dataclass

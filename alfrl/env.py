@@ -64,14 +64,12 @@ class _Copies:
     def __init__(self, ids: list[int]):
         from alfrl.engine import make_fast_engine
         self.engines = {i: make_fast_engine() for i in ids}
-        self.states: dict[int, dict] = {}
 
     def reset(self, path: str) -> dict[int, tuple[str, list[str]]]:
         out = {}
         for i, engine in self.engines.items():
             engine.load(path)
             state = engine.reset()
-            self.states[i] = state
             out[i] = (state["feedback"], list(state["admissible_commands"]))
         return out
 
@@ -79,7 +77,6 @@ class _Copies:
         out = {}
         for i, action in actions.items():
             state, _, _ = self.engines[i].step(action)
-            self.states[i] = state
             out[i] = (state["feedback"], list(state["admissible_commands"]), bool(state["won"]))
         return out
 

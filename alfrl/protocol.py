@@ -37,16 +37,18 @@ TOOL_SCHEMA = {
     },
 }
 
-SYSTEM_PROMPT = f"""You are an agent in a text-based household game (ALFWorld). Each turn you see \
-what happened and the actions available now; you act by calling the tool {TOOL_NAME}.
-
-Tool: {json.dumps(TOOL_SCHEMA["function"])}
-
-Think briefly if you need to, then end every reply with exactly one tool call, and nothing after it:
+_INTRO = ("You are an agent in a text-based household game (ALFWorld). Each turn you see what happened "
+          f"and the actions available now; you act by calling the tool {TOOL_NAME}.")
+_TOOL_LINE = f"Tool: {json.dumps(TOOL_SCHEMA['function'])}"
+_CALL_FORMAT = f"""Think briefly if you need to, then end every reply with exactly one tool call, and nothing after it:
 <tool_call>
 {{"name": "{TOOL_NAME}", "arguments": {{"action": "go to countertop 1"}}}}
 </tool_call>
 Copy the action exactly from the list of available actions."""
+SYSTEM_PROMPT = f"{_INTRO}\n\n{_TOOL_LINE}\n\n{_CALL_FORMAT}"
+"""The system prompt for templates that ignore ``tools=``: it describes the tool itself."""
+SYSTEM_PROMPT_WITH_TOOLS = f"{_INTRO}\n\n{_CALL_FORMAT}"
+"""The system prompt where the chat template renders the tool schema itself."""
 
 EXECUTED = "Action executed."
 COMPLETED = "Task completed successfully."
@@ -170,8 +172,7 @@ class ChatFormat:
         self.tool_role = tool_role
         self.uses_tools = self._render(self._probe_messages()[:2], tools=[TOOL_SCHEMA]) != \
             self._render(self._probe_messages()[:2])
-        self.system_prompt = SYSTEM_PROMPT if not self.uses_tools else SYSTEM_PROMPT.split("\n\nTool: ")[0] + \
-            SYSTEM_PROMPT[SYSTEM_PROMPT.index("\n\nThink briefly"):]
+        self.system_prompt = SYSTEM_PROMPT_WITH_TOOLS if self.uses_tools else SYSTEM_PROMPT
         with_reply = self._render(self._probe_messages())
         end = with_reply.rindex(_PROBE) + len(_PROBE)
         self.closing = with_reply[end:]

@@ -62,6 +62,8 @@ STATION = {"pick_heat_then_place_in_recep": "Microwave",
            "pick_cool_then_place_in_recep": "Fridge",
            "pick_clean_then_place_in_recep": "SinkBasin"}
 """The receptacle a state-change task needs (a BathtubBasin also cleans)."""
+LAMP_HOSTS = ("Desk", "SideTable", "Dresser", "Shelf", "Cabinet", "CoffeeTable", "TVStand")
+"""Where a DeskLamp stands in a generated room."""
 
 
 @dataclass
@@ -250,10 +252,6 @@ def choose_task(task_type: str, scene: int, room: Room, rng: random.Random) -> T
         return None
     otype, parent = rng.choice(options)
     return Task(task_type, otype, parent_target=parent)
-
-
-LAMP_HOSTS = ("Desk", "SideTable", "Dresser", "Shelf", "Cabinet", "CoffeeTable", "TVStand")
-"""Where a DeskLamp stands in a generated room."""
 
 
 def populate(room: Room, task: Task, types: tuple[str, ...], size: SizeConfig,
