@@ -14,9 +14,11 @@ logprobs are reported at temperature 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
+
+from alfrl.kvcache import GroupCache, supports_holes
 
 
 @dataclass
@@ -57,59 +59,141 @@ def token_distribution(logits: torch.Tensor, temperature: float, top_p: float) -
     return logp
 
 
-@dataclass
+class GroupSession:
+    """The branches of one group: the tokens each has read, one batched KV cache, one RNG each.
+
+    Every call to :meth:`sample` gives each live branch a prompt that extends what it has
+    read; the new tokens are prefilled together and the replies decoded together, one
+    batched forward pass per step. When every branch starts from the same prompt, it is
+    read once and the cache copied. Branches whose episode ended are removed with
+    :meth:`drop`. With ``batched=False`` (or a model whose cache cannot have holes, see
+    :mod:`alfrl.kvcache`) each branch runs alone; results are the same either way, up to
+    float rounding.
+    """
+
+    def __init__(self, model, stop_ids: set[int], seeds: list[int], pad_id: int, batched: bool = True,
+                 compact_at: float = 0.25):
+        self.model, self.stop_ids, self.pad_id, self.compact_at = model, set(stop_ids), pad_id, compact_at
+        self.branches = list(range(len(seeds)))
+        """Live branch ids, in cache row order."""
+        self.read: dict[int, list[int]] = {b: [] for b in self.branches}
+        """Tokens whose keys/values are cached, per branch."""
+        self.generators = {b: torch.Generator().manual_seed(s) for b, s in zip(self.branches, seeds)}
+        self.forward_tokens = 0
+        """Token columns run through the model (shared prompts once, pad columns included)."""
+        probe = GroupCache(model, 1)
+        self.batched = batched and supports_holes(probe.cache)
+        self.caches = [GroupCache(model, 0 if self.batched else 1) for _ in
+                       (range(1) if self.batched else self.branches)]
+
+    def drop(self, branches: list[int]) -> None:
+        """Forget finished branches (their cache rows are freed)."""
+        gone = set(branches)
+        keep = [i for i, b in enumerate(self.branches) if b not in gone]
+        if self.batched:
+            if self.caches[0].rows:
+                self.caches[0].keep(keep)
+        else:
+            self.caches = [self.caches[i] for i in keep]
+        self.branches = [self.branches[i] for i in keep]
+
+    def _new_tokens(self, prompts: dict[int, list[int]]) -> list[list[int]]:
+        if sorted(prompts) != sorted(self.branches):
+            raise ValueError(f"prompts are for branches {sorted(prompts)} but the live branches are "
+                             f"{self.branches}; drop() finished branches first")
+        new = []
+        for b in self.branches:
+            read, prompt = self.read[b], prompts[b]
+            if prompt[:len(read)] != read:
+                raise ValueError(f"branch {b}: the prompt does not extend this session's history; prompts must "
+                                 "grow by prefix extension (see alfrl.protocol.build_next_prompt)")
+            if len(prompt) == len(read):
+                raise ValueError(f"branch {b}: the prompt adds no token to read; nothing to condition the reply on")
+            new.append(prompt[len(read):])
+        return new
+
+    def _forward(self, tokens: list[list[int]]) -> torch.Tensor:
+        """Read ``tokens[i]`` into live branch i; logits after each branch's last new token."""
+        for b, t in zip(self.branches, tokens):
+            self.read[b].extend(t)
+        if not self.batched:
+            self.forward_tokens += sum(len(t) for t in tokens)
+            return self._forward_each(tokens)
+        cache = self.caches[0]
+        if cache.rows == 0:  # first read: a shared prompt is read once
+            shared = all(t == tokens[0] for t in tokens)
+            cache.mask = cache.mask.new_zeros(1 if shared else len(tokens), 0)
+            cache.positions = cache.positions.new_zeros(cache.mask.shape[0])
+            if shared:
+                self.forward_tokens += len(tokens[0])
+                logits = cache.forward(tokens[:1], self.pad_id)
+                cache.repeat(len(tokens))
+                return logits.expand(len(tokens), -1)
+        self.forward_tokens += cache.rows * max(len(t) for t in tokens)
+        return cache.forward(tokens, self.pad_id)
+
+    def _forward_each(self, tokens: list[list[int]]) -> torch.Tensor:
+        rows = [c.forward([t], self.pad_id)[0] if t else None for c, t in zip(self.caches, tokens)]
+        width = next(r.shape[-1] for r in rows if r is not None)
+        return torch.stack([r if r is not None else torch.zeros(width) for r in rows])
+
+    def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
+        """Read what is new in each branch's prompt, then sample one reply per branch."""
+        if not self.branches and not prompts:
+            return {}
+        new = self._new_tokens(prompts)
+        logits = self._forward(new)
+        live = list(self.branches)
+        tokens = {b: [] for b in live}
+        logprobs = {b: [] for b in live}
+        stopped = {b: "budget" for b in live}
+        running = set(live)
+        for step in range(cfg.max_new_tokens):
+            logp = token_distribution(logits, cfg.temperature, cfg.top_p)
+            feed = []
+            for i, b in enumerate(live):
+                if b not in running:
+                    feed.append([])
+                    continue
+                if cfg.temperature == 0:
+                    token = int(torch.argmax(logp[i]))
+                else:
+                    token = int(torch.multinomial(logp[i].exp(), 1, generator=self.generators[b]))
+                tokens[b].append(token)
+                logprobs[b].append(float(logp[i, token]))
+                if token in self.stop_ids:
+                    stopped[b] = "eos"
+                    running.discard(b)
+                feed.append([token] if b in running else [])
+            if not running or step + 1 == cfg.max_new_tokens:
+                break
+            logits = self._forward(feed)
+        # The last sampled token is read at the start of the next turn, with the tool result.
+        if self.batched and self.caches[0].holes > self.compact_at * self.caches[0].mask.numel():
+            self.caches[0].compact()
+        return {b: Sample(tokens=tokens[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n))
+                for b, n in zip(live, new)}
+
+
 class Session:
     """One trajectory's view of the model: the tokens it has read and their KV cache."""
 
-    model: object
-    stop_ids: set[int]
-    seed: int = 0
-    cached: list[int] = field(default_factory=list)
-    """Tokens whose keys/values are in the cache, in order."""
-    prefilled_total: int = 0
-    sampled_total: int = 0
+    def __init__(self, model, stop_ids: set[int], seed: int = 0, pad_id: int = 0):
+        self.group = GroupSession(model, stop_ids, [seed], pad_id)
+        self.prefilled_total = 0
+        self.sampled_total = 0
 
-    def __post_init__(self):
-        from transformers import DynamicCache
-        self.cache = DynamicCache()
-        self.generator = torch.Generator().manual_seed(self.seed)
-
-    @torch.no_grad()
-    def _forward(self, tokens: list[int]) -> torch.Tensor:
-        out = self.model(input_ids=torch.tensor([tokens]), cache=self.cache, use_cache=True)
-        self.cache = out.cache
-        self.cached.extend(tokens)
-        return out.logits[0, -1]
+    @property
+    def cached(self) -> list[int]:
+        """Tokens whose keys/values are in the cache, in order."""
+        return self.group.read[0]
 
     def sample(self, prompt: list[int], cfg: SampleConfig) -> Sample:
         """Read what is new in ``prompt`` (which must extend what was read), then sample a reply."""
-        n = len(self.cached)
-        if prompt[:n] != self.cached:
-            raise ValueError("the prompt does not extend this session's history; prompts must grow by "
-                             "prefix extension (see alfrl.protocol.build_next_prompt)")
-        new = prompt[n:]
-        if not new:
-            raise ValueError("the prompt adds no token to read; nothing to condition the reply on")
-        logits = self._forward(new)
-        prefilled = len(new)
-        tokens, logprobs, stopped = [], [], "budget"
-        for step in range(cfg.max_new_tokens):
-            logp = token_distribution(logits, cfg.temperature, cfg.top_p)
-            if cfg.temperature == 0:
-                token = int(torch.argmax(logp))
-            else:
-                token = int(torch.multinomial(logp.exp(), 1, generator=self.generator))
-            tokens.append(token)
-            logprobs.append(float(logp[token]))
-            if token in self.stop_ids:
-                stopped = "eos"
-                break
-            if step + 1 < cfg.max_new_tokens:
-                logits = self._forward([token])
-        # The last sampled token is read at the start of the next turn, with the tool result.
-        self.prefilled_total += prefilled
-        self.sampled_total += len(tokens)
-        return Sample(tokens=tokens, logprobs=logprobs, stopped_on=stopped, prefilled=prefilled)
+        sample = self.group.sample({0: prompt}, cfg)[0]
+        self.prefilled_total += sample.prefilled
+        self.sampled_total += len(sample.tokens)
+        return sample
 
     @property
     def tokens_read(self) -> int:
@@ -117,9 +201,21 @@ class Session:
         return len(self.cached)
 
 
+def stop_ids(tokenizer) -> set[int]:
+    """End-of-turn token ids: eos plus the usual chat end markers the vocabulary has."""
+    return {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|eot_id|>")
+                                       if t in tokenizer.get_vocab()}
+
+
+def pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
 def new_session(policy, seed: int = 0) -> Session:
     """A fresh session (empty cache) for one trajectory of ``policy``."""
-    tok = policy.tokenizer
-    stops = {tok.eos_token_id} | {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|eot_id|>")
-                                  if t in tok.get_vocab()}
-    return Session(model=policy.model, stop_ids=stops, seed=seed)
+    return Session(policy.model, stop_ids(policy.tokenizer), seed=seed, pad_id=pad_id(policy.tokenizer))
+
+
+def new_group_session(policy, seeds: list[int], batched: bool = True) -> GroupSession:
+    """A fresh session for ``len(seeds)`` branches of one group, one RNG seed each."""
+    return GroupSession(policy.model, stop_ids(policy.tokenizer), seeds, pad_id(policy.tokenizer), batched=batched)

@@ -1,4 +1,5 @@
-"""alfrl.sampler: KV-cached sampling across turns; logprobs that a full forward pass reproduces."""
+"""alfrl.sampler: KV-cached sampling across turns, one branch or a batched group; logprobs that a full
+forward pass reproduces."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from alfrl.models import LoraSpec, load_policy
 from alfrl.protocol import ChatFormat, build_next_prompt, tool_result_message
-from alfrl.sampler import SampleConfig, new_session, token_distribution
+from alfrl.sampler import SampleConfig, new_group_session, new_session, token_distribution
 
 TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
 
@@ -95,3 +96,74 @@ def test_prompt_must_extend_the_history(policy, fmt):
         session.sample([prompt[0] + 1] + prompt[1:] + [5], SampleConfig(max_new_tokens=1))
     with pytest.raises(ValueError, match="adds no token"):
         session.sample(list(session.cached), SampleConfig(max_new_tokens=1))
+
+
+def play_group(policy, fmt, session, turns: int, cfg: SampleConfig, drop_after: dict[int, list[int]] | None = None):
+    """Play ``turns`` turns on every live branch; tool results differ in length per branch, so the
+    batched cache gets holes. Returns {branch: [(prompt, sample), ...]}."""
+    prompt0 = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    prompts = {b: prompt0 for b in session.branches}
+    history = {b: fmt.messages(TASK, OBS, ACTIONS) for b in session.branches}
+    played = {b: [] for b in session.branches}
+    for turn in range(turns):
+        samples = session.sample(prompts, cfg)
+        for b, sample in samples.items():
+            played[b].append((prompts[b], sample))
+            text = policy.tokenizer.decode(sample.tokens, skip_special_tokens=True)
+            history[b] = history[b] + [{"role": "assistant", "content": text}]
+            result = tool_result_message("Action executed.", f"Observation {turn}." + " more" * (5 * b), ACTIONS)
+            prompts[b] = build_next_prompt(fmt, prompts[b], sample.tokens, history[b], result)
+            history[b] = history[b] + [{"role": "tool", "content": result}]
+        for b in (drop_after or {}).get(turn, []):
+            session.drop([b])
+            del prompts[b]
+    return played
+
+
+def test_group_branches_match_a_full_forward_pass(policy, fmt):
+    """Batched branches with holes, compaction every turn and a dropped branch: every logprob is what
+    a fresh forward pass over that branch alone gives."""
+    session = new_group_session(policy, seeds=[0, 1, 2])
+    session.compact_at = 0.0
+    played = play_group(policy, fmt, session, 3, SampleConfig(temperature=1.0, max_new_tokens=12),
+                        drop_after={0: [1]})
+    assert [len(played[b]) for b in (0, 1, 2)] == [3, 1, 3] and session.branches == [0, 2]
+    for b, turns in played.items():
+        for prompt, sample in turns:
+            ref = full_logprobs(policy, prompt, sample.tokens)
+            assert max(abs(a - r) for a, r in zip(sample.logprobs, ref)) < 1e-4
+        prompt, sample = turns[-1]
+        assert session.read[b] == prompt + sample.tokens[:-1]
+
+
+def test_batched_and_one_by_one_agree(policy, fmt):
+    cfg = SampleConfig(temperature=0, max_new_tokens=10)
+    batched = play_group(policy, fmt, new_group_session(policy, [0, 1, 2]), 2, cfg)
+    alone = play_group(policy, fmt, new_group_session(policy, [0, 1, 2], batched=False), 2, cfg)
+    for b in batched:
+        assert [s.tokens for _, s in batched[b]] == [s.tokens for _, s in alone[b]]
+        for (_, x), (_, y) in zip(batched[b], alone[b]):
+            assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
+
+
+def test_group_reads_a_shared_prompt_once_and_seeds_each_branch(policy, fmt):
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    cfg = SampleConfig(temperature=1.0, max_new_tokens=8)
+    session = new_group_session(policy, seeds=[3, 4, 5, 6])
+    samples = session.sample({b: prompt for b in range(4)}, cfg)
+    longest = max(len(s.tokens) for s in samples.values())
+    # the prompt once, then one column per branch for each decode step but the last
+    assert session.forward_tokens == len(prompt) + 4 * (longest - 1)
+    assert all(s.prefilled == len(prompt) for s in samples.values())
+    for b, seed in zip(range(4), (3, 4, 5, 6)):
+        assert samples[b].tokens == new_session(policy, seed=seed).sample(prompt, cfg).tokens
+    assert len({tuple(s.tokens) for s in samples.values()}) > 1
+
+
+def test_group_wants_a_prompt_per_live_branch(policy, fmt):
+    session = new_group_session(policy, seeds=[0, 1])
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    with pytest.raises(ValueError, match="drop"):
+        session.sample({0: prompt}, SampleConfig(max_new_tokens=1))
+    session.drop([0, 1])
+    assert session.sample({}, SampleConfig(max_new_tokens=1)) == {}

@@ -1,0 +1,160 @@
+"""A batched key/value cache for a group of trajectories that read different tokens.
+
+The branches of a group share the model, so decoding them together reads the weights
+once per step instead of once per branch: on a CPU, where a small model's decode step
+is bound by memory bandwidth, eight branches step in about twice the time of one.
+
+Batching branches that diverge needs three things this module adds to transformers'
+``DynamicCache``:
+
+- **Holes.** Each step appends one column to every row of the cache; a row with
+  nothing to read that step (its reply ended, or its new prompt is shorter) gets a
+  pad column that a per-row mask hides from attention. Positions are counted per row,
+  over real tokens only, and rotary embeddings are applied before keys are cached, so
+  a row's keys do not depend on where its columns sit.
+- **Compaction.** Now and then each row's real columns are gathered to the left and
+  the holes dropped (:meth:`GroupCache.compact`).
+- **Growth without copying.** ``DynamicCache`` concatenates every step, copying the
+  whole cache each time (at 8K tokens that copy costs as much as the model's weights);
+  :class:`GrowingLayer` appends into a buffer with spare room instead.
+
+Models whose cache is not plain attention (sliding windows, linear-attention layers)
+cannot have holes: for them :func:`supports_holes` is false and the sampler runs each
+branch on its own.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+MIN_SPARE = 256
+"""Spare columns allocated when a layer's buffer grows (or half the length, if more)."""
+
+
+class GrowingLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys/values are views into a buffer with spare columns."""
+
+    _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        n = self.get_seq_length()
+        m = n + key_states.shape[-2]
+        if self._buffers is None or m > self._buffers[0].shape[-2] or self._stale():
+            self._regrow(key_states, value_states, n, m)
+        kbuf, vbuf = self._buffers
+        kbuf[:, :, n:m] = key_states
+        vbuf[:, :, n:m] = value_states
+        self.keys, self.values = kbuf[:, :, :m], vbuf[:, :, :m]
+        return self.keys, self.values
+
+    def _stale(self) -> bool:
+        """True when something outside ``update`` replaced the keys (batch select, repeat, crop)."""
+        return self.keys.numel() > 0 and self.keys.data_ptr() != self._buffers[0].data_ptr()
+
+    def _regrow(self, key_states: torch.Tensor, value_states: torch.Tensor, n: int, m: int) -> None:
+        capacity = m + max(MIN_SPARE, m // 2)
+        buffers = []
+        for old, new in ((self.keys, key_states), (self.values, value_states)):
+            shape = list(new.shape)
+            shape[-2] = capacity
+            buf = new.new_empty(shape)
+            if n:
+                buf[:, :, :n] = old
+            buffers.append(buf)
+        self._buffers = (buffers[0], buffers[1])
+
+    def replace(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Set the cached keys/values outright (used by compaction)."""
+        self.keys, self.values = keys, values
+        self._buffers = None
+
+
+def new_cache(model) -> DynamicCache:
+    """A cache for ``model`` whose plain attention layers grow without copying."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+def supports_holes(cache: DynamicCache) -> bool:
+    """Whether every layer is plain attention, so masked pad columns leave the results unchanged."""
+    return all(isinstance(layer, GrowingLayer) for layer in cache.layers)
+
+
+class GroupCache:
+    """The KV cache of several rows (branches), with a mask of which columns are real tokens."""
+
+    def __init__(self, model, rows: int):
+        self.model = model
+        self.cache = new_cache(model)
+        self.mask = torch.zeros(rows, 0, dtype=torch.bool)
+        self.positions = torch.zeros(rows, dtype=torch.long)
+        """Real tokens read so far per row: the position of the next one."""
+
+    @property
+    def rows(self) -> int:
+        return self.mask.shape[0]
+
+    @property
+    def holes(self) -> int:
+        """Pad columns in the cache (all rows together)."""
+        return int((~self.mask).sum())
+
+    @torch.inference_mode()
+    def forward(self, tokens: list[list[int]], pad_id: int) -> torch.Tensor:
+        """Read ``tokens[r]`` into row ``r`` (rows may read different numbers, or none);
+        returns each row's logits after its last new token (rows that read nothing: zeros)."""
+        if len(tokens) != self.rows:
+            raise ValueError(f"got tokens for {len(tokens)} rows; the cache has {self.rows}")
+        counts = torch.tensor([len(t) for t in tokens])
+        width = int(counts.max())
+        ids = torch.full((self.rows, width), pad_id, dtype=torch.long)
+        for r, row in enumerate(tokens):
+            ids[r, :len(row)] = torch.tensor(row, dtype=torch.long)
+        new_mask = torch.arange(width)[None, :] < counts[:, None]
+        positions = self.positions[:, None] + torch.arange(width)[None, :]
+        mask = torch.cat([self.mask, new_mask], dim=1)
+        last = (counts - 1).clamp(min=0)
+        keep = torch.unique(last)  # the language-model head runs only where a row's next token is sampled
+        out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask.long(),
+                         position_ids=positions, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        self.cache = out.cache
+        self.mask = mask
+        self.positions = self.positions + counts
+        logits = out.logits[torch.arange(self.rows), torch.searchsorted(keep, last)].float()
+        return logits.masked_fill((counts == 0)[:, None], 0.0)
+
+    def repeat(self, times: int) -> None:
+        """Turn a one-row cache into ``times`` identical rows (a group sharing its first prompt)."""
+        if self.rows != 1:
+            raise ValueError("only a one-row cache can be repeated")
+        self.cache.batch_repeat_interleave(times)
+        self.mask = self.mask.repeat(times, 1)
+        self.positions = self.positions.repeat(times)
+
+    def keep(self, rows: list[int]) -> None:
+        """Drop every row not in ``rows`` (finished branches), in that order."""
+        index = torch.tensor(rows, dtype=torch.long)
+        self.cache.batch_select_indices(index)
+        self.mask = self.mask[index]
+        self.positions = self.positions[index]
+
+    def compact(self) -> None:
+        """Gather each row's real columns to the left and drop the columns that are holes in every row."""
+        counts = self.mask.sum(1)
+        width = int(counts.max()) if self.rows else 0
+        index = torch.zeros(self.rows, width, dtype=torch.long)
+        for r in range(self.rows):
+            real = self.mask[r].nonzero().flatten()
+            index[r, :len(real)] = real
+        for layer in self.cache.layers:
+            if not layer.is_initialized or layer.keys.numel() == 0:
+                continue
+            b, h, _, d = layer.keys.shape
+            gather = index[:, None, :, None].expand(b, h, width, d)
+            layer.replace(layer.keys.gather(2, gather), layer.values.gather(2, gather))
+        self.mask = torch.arange(width)[None, :] < counts[:, None]
