@@ -61,8 +61,13 @@ def actions_block(admissible: list[str]) -> str:
 
 
 def first_user_message(task: str, observation: str, admissible: list[str]) -> str:
-    """The opening user message: the task, the first observation, the available actions."""
-    return f"Your task is to: {task}\n\nObservation: {observation.strip()}\n\n{actions_block(admissible)}"
+    """The opening user message: the task, the first observation, the available actions.
+
+    ALFWorld's first observation ends with "Your task is to: ..."; that sentence is moved to
+    the top rather than said twice.
+    """
+    observation = re.sub(r"\s*Your task is to: [^\n]*$", "", observation.strip())
+    return f"Your task is to: {task}\n\nObservation: {observation}\n\n{actions_block(admissible)}"
 
 
 def tool_result_message(status: str, observation: str, admissible: list[str]) -> str:
@@ -223,7 +228,6 @@ def build_next_prompt(fmt: ChatFormat, prompt: list[int], completion: list[int],
     needs it only to know how a tool turn looks after it.
     """
     closing = fmt.encode(fmt.closing)
-    eos = fmt.tokenizer.eos_token_id
-    if completion and closing and completion[-1] == eos and closing[0] == eos:
+    if completion and closing and completion[-1] == closing[0]:  # the sampler stopped on the end-of-turn token
         closing = closing[1:]
     return list(prompt) + list(completion) + closing + fmt.encode(fmt.tool_turn(history, tool_content))

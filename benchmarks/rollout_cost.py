@@ -6,7 +6,10 @@ so both loops see exactly the same real observations. Printed: prefill amplifica
 (tokens run through the model / final trajectory tokens), tokens per second, wall time,
 and whether both produced identical tokens.
 
-    python benchmarks/rollout_cost.py --turns 20 --max-new-tokens 48
+Then a group: K branches sampled at temperature 1 (one seed each) over the same scripted
+observations, decoded one branch at a time vs batched in one ``GroupSession``.
+
+    python benchmarks/rollout_cost.py --turns 20 --max-new-tokens 48 --group 8 --group-turns 10
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from alfrl.engine import make_fast_engine
 from alfrl.games import load_games
 from alfrl.models import load_policy
 from alfrl.protocol import EXECUTED, COMPLETED, ChatFormat, build_next_prompt, tool_result_message
-from alfrl.sampler import SampleConfig, new_session
+from alfrl.sampler import SampleConfig, new_group_session, new_session
 
 
 def game_turns(game, turns: int) -> list[tuple[str, str, list[str]]]:
@@ -62,6 +65,28 @@ def play(policy, fmt: ChatFormat, game, start, turns_data, cfg: SampleConfig, ca
     return {"read": read, "final": len(prompt), "sampled": sampled, "seconds": seconds, "replies": replies}
 
 
+def play_group(policy, fmt: ChatFormat, start, turns_data, cfg: SampleConfig, k: int, batched: bool):
+    """K branches, one seed each, through the same scripted observations; returns time and token counts."""
+    session = new_group_session(policy, seeds=list(range(k)), batched=batched)
+    prompt0 = fmt.initial_prompt(start["task"], start["obs"], start["admissible"])
+    prompts = {b: prompt0 for b in range(k)}
+    history = {b: fmt.messages(start["task"], start["obs"], start["admissible"]) for b in range(k)}
+    sampled = 0
+    begin = time.perf_counter()
+    for status, obs, admissible in turns_data:
+        samples = session.sample(prompts, cfg)
+        result = tool_result_message(status, obs, admissible)
+        for b, sample in samples.items():
+            sampled += len(sample.tokens)
+            text = policy.tokenizer.decode(sample.tokens, skip_special_tokens=True)
+            history[b] = history[b] + [{"role": "assistant", "content": text}]
+            prompts[b] = build_next_prompt(fmt, prompts[b], sample.tokens, history[b], result)
+            history[b] = history[b] + [{"role": fmt.tool_role, "content": result}]
+    seconds = time.perf_counter() - begin
+    final = sum(len(p) for p in prompts.values())
+    return {"seconds": seconds, "sampled": sampled, "final": final, "columns": session.forward_tokens}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="bundled")
@@ -69,6 +94,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--split", default="valid_unseen")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--group", type=int, default=8, help="branches in the group comparison (0 = skip it)")
+    parser.add_argument("--group-turns", type=int, default=10)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -97,6 +124,18 @@ def main() -> None:
         first = next(i for i, (a, b) in enumerate(zip(results["stateless"]["replies"], results["cached"]["replies"]))
                      if a != b)
         print(f"first difference at turn {first}")
+
+    if args.group:
+        sampling = SampleConfig(temperature=1.0, max_new_tokens=args.max_new_tokens)
+        print(f"\ngroup of {args.group} branches, {args.group_turns} turns, temperature 1, same observations:")
+        timing = {}
+        for name, batched in (("one by one", False), ("batched", True)):
+            r = play_group(policy, fmt, start, turns_data[:args.group_turns], sampling, args.group, batched)
+            timing[name] = r["seconds"]
+            print(f"{name:>10}: {r['seconds']:6.1f} s; {r['sampled']} sampled tokens, "
+                  f"{r['sampled'] / r['seconds']:5.1f} sampled tokens/s; {r['columns']} token columns run for "
+                  f"{r['final']} trajectory tokens (amplification {r['columns'] / r['final']:.2f})")
+        print(f"batched decode is {timing['one by one'] / timing['batched']:.1f}x faster for the group")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ NOTEBOOKS = [
     ("00_setup.ipynb", {"data_dir": None, "split": "valid_seen", "demo_index": 0, "max_steps_shown": 5}),
     ("01_alfworld_env.ipynb", {"data_dir": None, "split": "valid_seen", "k": 4, "workers": 2,
                                "interactive": False, "timing_steps": 5}),
+    ("02_tool_protocol.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_seen", "game_index": 0,
+                                "turns": 3, "max_new_tokens": 24}),
 ]
 
 
@@ -120,3 +122,55 @@ def test_is_playable_matches_alfrl_games(one_game, tmp_path):
     package = {f for f in find_game_files(split_dir) if read_game(f) is not None}
     notebook = {f for f in sorted(split_dir.glob("*/*/game.tw-pddl")) if is_playable(f)}
     assert notebook == package == {files["kept"]}
+
+
+# --- 02_tool_protocol: the notebook's parse_tool_call is alfrl.protocol.parse_reply on JSON calls ---
+
+def _call(action, name="alfworld_step") -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": {"action": action}})}\n</tool_call>'
+
+
+# JSON-form replies only: the notebook's parser does not read the XML-parameter form or arguments
+# given as a JSON string, which parse_reply also accepts.
+JSON_REPLIES = [
+    _call("go to countertop 1"),
+    "I should look in the fridge.\n" + _call("open fridge 1"),
+    _call("Take  Apple 1 from   CounterTop 1") + "\n  ",
+    _call("\tlook\n"),
+    '<tool_call>{"name": "alfworld_step", "arguments": {"action": "look"}, "id": 3}</tool_call>',
+    "go to countertop 1",
+    _call("look") + "\n" + _call("inventory"),
+    _call("look") + " done!",
+    '<tool_call>{"name": "alfworld_step", "arguments": {"action": "look"}}',
+    '{"name": "alfworld_step", "arguments": {"action": "look"}}</tool_call>',
+    _call("look", name="python"),
+    _call("go to\ncountertop 1"),
+    _call("   "),
+    _call(""),
+    '<tool_call>{"name": "alfworld_step", "arguments": {"action": "look"}</tool_call>',
+    '<tool_call>{"name": "alfworld_step", "arguments": {"action": "look"}} extra</tool_call>',
+    '<tool_call>{"name": "alfworld_step", "arguments": {"act": "look"}}</tool_call>',
+    '<tool_call>{"name": "alfworld_step", "arguments": {"action": 3}}</tool_call>',
+    '<tool_call>{"name": "alfworld_step", "arguments": ["look"]}</tool_call>',
+    '<tool_call>{"name": "alfworld_step"}</tool_call>',
+    '<tool_call>{"tool": "alfworld_step"}</tool_call>',
+    '<tool_call>["alfworld_step", "look"]</tool_call>',
+    "<tool_call>go to countertop 1</tool_call>",
+    "</tool_call> <tool_call>",
+    "<tool_call></tool_call>",
+]
+
+
+@pytest.fixture(scope="module")
+def parse_tool_call():
+    return notebook_definitions("02_tool_protocol.ipynb", "parse_tool_call")["parse_tool_call"]
+
+
+@pytest.mark.parametrize("reply", JSON_REPLIES)
+def test_nb02_parse_tool_call_matches_parse_reply(parse_tool_call, reply):
+    from alfrl.protocol import parse_reply
+
+    action, reason = parse_tool_call(reply)
+    parsed = parse_reply(reply)
+    assert action == parsed.action
+    assert (action is not None) == parsed.valid == (not reason)

@@ -65,6 +65,13 @@ def test_messages_are_exact():
         "Your task is to: put a clean mug in coffeemachine\n\n"
         "Observation: You are in the middle of a room.\n\n"
         "Available actions (copy one exactly):\n- go to cabinet 1\n- look")
+    # ALFWorld's first observation ends with the task: it is said once, at the top
+    alfworld_intro = ("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room.\n\n"
+                      "Your task is to: put a clean mug in coffeemachine.")
+    assert first_user_message("put a clean mug in coffeemachine", alfworld_intro, ["look"]) == (
+        "Your task is to: put a clean mug in coffeemachine\n\n"
+        "Observation: -= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room.\n\n"
+        "Available actions (copy one exactly):\n- look")
     assert tool_result_message("Action executed.", "You arrive at cabinet 1.", ["open cabinet 1"]) == (
         "Action executed.\nObservation: You arrive at cabinet 1.\n\n"
         "Available actions (copy one exactly):\n- open cabinet 1")

@@ -1,0 +1,105 @@
+"""Rewards, group-relative advantages and per-token advantages.
+
+GRPO needs no value network: the K trajectories of one game are each other's baseline.
+
+- episode reward = won - ``invalid_penalty`` x invalid actions (1 - 0.1 x 2 = 0.8 for a
+  win with two invalid replies; 0 - 0.1 x 3 = -0.3 for a loss with three);
+- advantage = reward - mean reward of the group (optionally divided by the group's std);
+- a group whose rewards are all equal has advantage 0 everywhere: it carries no signal,
+  so it is counted and left out of the update;
+- per-token advantage = advantage x mask: only tokens the model sampled are pushed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from statistics import fmean, pstdev
+
+import torch
+
+from alfrl.rollout import END_REASONS, Trajectory
+
+
+@dataclass
+class AdvantageConfig:
+    """How trajectories are scored."""
+
+    invalid_penalty: float = 0.1
+    """Reward lost per invalid action (bad format or not in the list)."""
+    normalize_std: bool = False
+    """Divide advantages by the group's reward std (GRPO's original form); off in the reference run."""
+    std_eps: float = 1e-6
+    """Added to the std before dividing."""
+
+
+def episode_reward(trajectory: Trajectory, invalid_penalty: float = 0.1) -> float:
+    """won - invalid_penalty x invalid actions."""
+    return float(trajectory.won) - invalid_penalty * trajectory.invalid
+
+
+def is_degenerate(rewards: list[float], tol: float = 1e-9) -> bool:
+    """All rewards equal: every advantage would be 0."""
+    return max(rewards) - min(rewards) <= tol
+
+
+def group_advantages(rewards: list[float], normalize_std: bool = False, std_eps: float = 1e-6) -> list[float]:
+    """reward - group mean (divided by the group's population std + eps when asked)."""
+    mean = fmean(rewards)
+    scale = pstdev(rewards) + std_eps if normalize_std else 1.0
+    return [(r - mean) / scale for r in rewards]
+
+
+def assign_advantages(groups: list[list[Trajectory]], config: AdvantageConfig | None = None) -> list[Trajectory]:
+    """Set ``reward`` and ``advantage`` on every trajectory; return those of non-degenerate groups
+    (the ones worth training on)."""
+    config = config or AdvantageConfig()
+    keep = []
+    for group in groups:
+        rewards = [episode_reward(t, config.invalid_penalty) for t in group]
+        if is_degenerate(rewards):
+            advantages = [0.0] * len(group)
+        else:
+            advantages = group_advantages(rewards, config.normalize_std, config.std_eps)
+            keep.extend(group)
+        for t, r, a in zip(group, rewards, advantages):
+            t.reward, t.advantage = r, a
+    return keep
+
+
+def token_advantages(trajectory: Trajectory) -> torch.Tensor:
+    """advantage x mask, one value per token (zero outside the sampled tokens)."""
+    if trajectory.advantage is None:
+        raise ValueError("this trajectory has no advantage yet; call assign_advantages on its group first")
+    return trajectory.advantage * torch.tensor(trajectory.mask, dtype=torch.float32)
+
+
+def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None = None) -> dict[str, float]:
+    """What a training log wants to know about a batch of groups."""
+    config = config or AdvantageConfig()
+    trajectories = [t for g in groups for t in g]
+    if not trajectories:
+        raise ValueError("no trajectories to summarise")
+    rewards = [episode_reward(t, config.invalid_penalty) for t in trajectories]
+    degenerate = sum(is_degenerate([episode_reward(t, config.invalid_penalty) for t in g]) for g in groups)
+    ends = Counter(t.end_reason for t in trajectories)
+    turns = [turn for t in trajectories for turn in t.turns]
+    stats = {
+        "groups": len(groups),
+        "trajectories": len(trajectories),
+        "success": fmean(t.won for t in trajectories),
+        "reward": fmean(rewards),
+        "invalid_per_episode": fmean(t.invalid for t in trajectories),
+        "valid_format_rate": fmean(turn.valid_format for turn in turns) if turns else 0.0,
+        "admissible_rate": fmean(turn.admissible for turn in turns) if turns else 0.0,
+        "degenerate_groups": degenerate,
+        "degenerate_rate": degenerate / len(groups),
+        "mean_steps": fmean(t.steps for t in trajectories),
+        "mean_tokens": fmean(len(t.tokens) for t in trajectories),
+        "sampled_tokens": sum(t.sampled for t in trajectories),
+        "prefilled_tokens": sum(t.prefilled for t in trajectories),
+        "model_seconds": sum(t.model_seconds for t in trajectories),
+        "env_seconds": sum(t.env_seconds for t in trajectories),
+    }
+    stats.update({f"end_{reason}": ends.get(reason, 0) / len(trajectories) for reason in END_REASONS})
+    return stats

@@ -1,0 +1,78 @@
+"""alfrl.advantage: rewards, group-relative advantages, per-token advantages and batch statistics,
+against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from alfrl.advantage import (AdvantageConfig, assign_advantages, batch_stats, episode_reward, group_advantages,
+                             is_degenerate, token_advantages)
+from alfrl.rollout import Trajectory, Turn
+
+
+def traj(won: bool, invalid: int, mask=(0, 0, 1, 1, 0, 1), steps: int = 5, end: str | None = None,
+         game: str = "g") -> Trajectory:
+    turns = [Turn(reply="r", action="look", valid_format=True, admissible=i >= invalid, reason="",
+                  observation="o", sampled=1, stopped_on="eos") for i in range(steps)]
+    return Trajectory(game_id=game, task_type="t", branch=0, seed=0, tokens=list(range(len(mask))),
+                      mask=list(mask), logprobs=[0.0] * len(mask), turns=turns, won=won, steps=steps,
+                      invalid=invalid, end_reason=end or ("won" if won else "max_steps"), prompt_tokens=2,
+                      prefilled=10, sampled=sum(mask), model_seconds=1.0, env_seconds=0.1)
+
+
+def test_reference_rewards():
+    assert math.isclose(episode_reward(traj(True, 2)), 0.8)
+    assert math.isclose(episode_reward(traj(False, 3)), -0.3)
+    assert episode_reward(traj(True, 0)) == 1.0
+    assert math.isclose(episode_reward(traj(False, 3), invalid_penalty=0.5), -1.5)
+
+
+def test_group_advantages_by_hand():
+    rewards = [1.0, 0.8, -0.3, 0.0]  # mean 0.375
+    assert group_advantages(rewards) == pytest.approx([0.625, 0.425, -0.675, -0.375])
+    std = math.sqrt(sum((r - 0.375) ** 2 for r in rewards) / 4)  # population std
+    assert group_advantages(rewards, normalize_std=True, std_eps=0.0) == pytest.approx(
+        [(r - 0.375) / std for r in rewards])
+    assert sum(group_advantages(rewards)) == pytest.approx(0.0)
+
+
+def test_degenerate_groups_are_counted_and_skipped():
+    assert is_degenerate([0.0] * 8) and is_degenerate([-0.2, -0.2]) and not is_degenerate([0.0, 1.0])
+    flat = [traj(False, 2, game="a") for _ in range(4)]  # all -0.2: no signal
+    mixed = [traj(True, 0, game="b"), traj(False, 0, game="b"), traj(False, 1, game="b"), traj(True, 1, game="b")]
+    keep = assign_advantages([flat, mixed])
+    assert keep == mixed
+    assert [t.advantage for t in flat] == [0.0] * 4 and [t.reward for t in flat] == pytest.approx([-0.2] * 4)
+    # mixed rewards 1, 0, -0.1, 0.9: mean 0.45
+    assert [t.advantage for t in mixed] == pytest.approx([0.55, -0.45, -0.55, 0.45])
+    stats = batch_stats([flat, mixed])
+    assert stats["degenerate_groups"] == 1 and stats["degenerate_rate"] == 0.5
+
+
+def test_token_advantages_are_zero_off_the_mask():
+    (t,) = [traj(True, 0, mask=(0, 0, 1, 1, 0, 1))]
+    t.advantage = 0.5
+    assert torch.equal(token_advantages(t), torch.tensor([0.0, 0.0, 0.5, 0.5, 0.0, 0.5]))
+    fresh = traj(True, 0)
+    with pytest.raises(ValueError, match="assign_advantages"):
+        token_advantages(fresh)
+
+
+def test_batch_stats_by_hand():
+    groups = [[traj(True, 2, steps=4), traj(False, 3, steps=6, end="max_tokens")],
+              [traj(False, 0, steps=2), traj(False, 1, steps=8)]]
+    s = batch_stats(groups, AdvantageConfig(invalid_penalty=0.1))
+    assert s["trajectories"] == 4 and s["groups"] == 2
+    assert s["success"] == 0.25
+    assert s["reward"] == pytest.approx((0.8 - 0.3 + 0.0 - 0.1) / 4)
+    assert s["invalid_per_episode"] == 1.5
+    assert s["mean_steps"] == 5.0
+    assert s["admissible_rate"] == pytest.approx((2 + 3 + 2 + 7) / 20)  # turns past the invalid ones
+    assert (s["end_won"], s["end_max_steps"], s["end_max_tokens"]) == (0.25, 0.5, 0.25)
+    assert s["degenerate_groups"] == 0
+    assert s["model_seconds"] == 4.0 and s["env_seconds"] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="no trajectories"):
+        batch_stats([])
