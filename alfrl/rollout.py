@@ -167,10 +167,12 @@ class _Branch:
 
 
 def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupEnv | None = None,
-                  fmt: ChatFormat | None = None) -> list[Trajectory]:
+                  fmt: ChatFormat | None = None, session=None) -> list[Trajectory]:
     """Play ``config.k`` trajectories of ``game`` (a GameSpec) with ``policy``; one record per branch.
 
-    Pass an open ``env`` (with ``k`` copies) to reuse its workers across groups.
+    Pass an open ``env`` (with ``k`` copies) to reuse its workers across groups, and a
+    ``session`` (e.g. :class:`alfrl.scripted.ScriptedSession`) to play scripted replies
+    instead of sampling.
     """
     config = config or RolloutConfig()
     fmt = fmt or ChatFormat(policy.tokenizer)
@@ -180,13 +182,13 @@ def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupE
         raise ValueError(f"the env has k={env.k}, max_steps={env.max_steps}; the config wants "
                          f"k={config.k}, max_steps={config.max_steps}")
     try:
-        return _play(policy, game, config, env, fmt)
+        return _play(policy, game, config, env, fmt, session)
     finally:
         if own_env:
             env.close()
 
 
-def _play(policy, game, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat) -> list[Trajectory]:
+def _play(policy, game, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat, session) -> list[Trajectory]:
     tokenizer = policy.tokenizer
     seeds = [branch_seed(config.seed, game.game_id, b) for b in range(config.k)]
     begin = time.perf_counter()
@@ -200,7 +202,7 @@ def _play(policy, game, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat) -
     branches = {b: _Branch(prompt=list(prompt), history=list(history), mask=[0] * len(prompt),
                            logprobs=[0.0] * len(prompt), env_seconds=reset_seconds / config.k)
                 for b in range(config.k)}
-    session = new_group_session(policy, seeds, batched=config.batched)
+    session = session or new_group_session(policy, seeds, batched=config.batched)
     live = list(range(config.k))
     while live:
         budget = {b: config.max_trajectory_tokens - len(branches[b].prompt) for b in live}

@@ -10,17 +10,13 @@ import torch
 
 from alfrl.env import NOTHING_HAPPENS
 from alfrl.models import load_policy
-from alfrl.protocol import COMPLETED, EXECUTED, TOOL_NAME, ChatFormat
+from alfrl.protocol import COMPLETED, EXECUTED, ChatFormat
 from alfrl.rollout import (RolloutConfig, Trajectory, load_trajectories, rollout_batch, rollout_group,
                            save_trajectories)
-from alfrl.sampler import Sample
+from alfrl.scripted import ScriptedSession, expert_replies, tool_call as call
 
 SPLIT = "valid_seen"
 PICK = "pick_and_place_simple"
-
-
-def call(action: str) -> str:
-    return f'<tool_call>\n{{"name": "{TOOL_NAME}", "arguments": {{"action": "{action}"}}}}\n</tool_call>'
 
 
 @pytest.fixture(scope="module")
@@ -33,40 +29,13 @@ def game(tiny_games):
     return next(g for g in tiny_games.games(SPLIT) if g.task_type == PICK)
 
 
-class ScriptedSession:
-    """Stands in for the sampler: each branch 'samples' the next reply of its script (a logic test;
-    the real model is tested below). Logprob -1 per token; stops on the end-of-turn token."""
-
-    def __init__(self, tokenizer, scripts: dict[int, list[str]]):
-        self.tokenizer, self.scripts = tokenizer, {b: list(s) for b, s in scripts.items()}
-        self.branches = sorted(scripts)
-        self.read = {b: [] for b in self.branches}
-        self.calls = []
-
-    def drop(self, branches):
-        self.branches = [b for b in self.branches if b not in branches]
-
-    def sample(self, prompts, cfg):
-        assert sorted(prompts) == self.branches
-        self.calls.append(sorted(prompts))
-        out = {}
-        for b, prompt in prompts.items():
-            assert prompt[:len(self.read[b])] == self.read[b]  # prefix extension
-            tokens = (self.tokenizer.encode(self.scripts[b].pop(0)) + [self.tokenizer.eos_token_id])
-            tokens = tokens[:cfg.max_new_tokens]
-            stopped = "eos" if tokens[-1] == self.tokenizer.eos_token_id else "budget"
-            out[b] = Sample(tokens=tokens, logprobs=[-1.0] * len(tokens), stopped_on=stopped,
-                            prefilled=len(prompt) - len(self.read[b]))
-            self.read[b] = list(prompt) + tokens[:-1]
-        return out
-
-
 def scripted(monkeypatch, policy, scripts) -> list[ScriptedSession]:
-    """Make every group play ``scripts``; returns the sessions made, one per group."""
+    """Make every group play ``scripts`` (a logic test; the real model is tested below); returns the
+    sessions made, one per group."""
     sessions = []
 
     def make(*args, **kwargs):
-        sessions.append(ScriptedSession(policy.tokenizer, scripts))
+        sessions.append(ScriptedSession(ChatFormat(policy.tokenizer), scripts))
         return sessions[-1]
     monkeypatch.setattr("alfrl.rollout.new_group_session", make)
     return sessions
@@ -86,7 +55,7 @@ def mask_runs(mask: list[int]) -> list[tuple[int, int]]:
 def test_scripted_group_wins_counts_invalid_and_never_moves_on_invalid(monkeypatch, policy, game):
     walk = [a for a in game.walkthrough]
     scripts = {
-        0: [call(a) for a in walk],                                     # the expert: wins
+        0: expert_replies(game),                                        # the expert: wins
         1: ["I will look around.", call("fly to the moon"), call("Look  ")] + [call(a) for a in walk[1:]],
         2: [call("look"), "<tool_call>{bad json</tool_call>"] * 10,     # never wins
     }
@@ -117,7 +86,7 @@ def test_scripted_group_wins_counts_invalid_and_never_moves_on_invalid(monkeypat
         assert [b - a for a, b in runs] == [turn.sampled for turn in t.turns] and sum(t.mask) == t.sampled
         for (a, b), turn in zip(runs, t.turns):
             assert tok.decode(t.tokens[a:b], skip_special_tokens=True) == turn.reply
-            assert t.logprobs[a:b] == [-1.0] * (b - a)
+            assert t.logprobs[a:b] == [0.0] * (b - a)
         assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.mask) if not m)
         assert t.tokens[-1] == tok.eos_token_id  # every trajectory ends on its last reply
     text = tok.decode(t1.tokens)

@@ -1,0 +1,62 @@
+"""Scripted replies in place of the model: the expert's walkthrough as tool calls, or any texts.
+
+A :class:`ScriptedSession` has the sampler's interface (:class:`alfrl.sampler.GroupSession`),
+so :func:`alfrl.rollout.rollout_group` plays scripted branches through exactly the same
+prompts, tool results and token accounting as the model's. Uses: tests of the rollout
+logic, teaching examples with a known outcome, and expert trajectories for a supervised
+warm start, rendered token for token as a rollout would.
+"""
+
+from __future__ import annotations
+
+import json
+
+from alfrl.protocol import TOOL_NAME, ChatFormat
+from alfrl.sampler import SampleConfig, Sample
+
+
+def tool_call(action: str) -> str:
+    """The reply that calls the tool with ``action``, in the protocol's JSON form."""
+    arguments = json.dumps({"name": TOOL_NAME, "arguments": {"action": action}})
+    return f"<tool_call>\n{arguments}\n</tool_call>"
+
+
+def expert_replies(game) -> list[str]:
+    """The handcoded expert's walkthrough of ``game`` (a GameSpec) as tool-call replies."""
+    return [tool_call(action) for action in game.walkthrough]
+
+
+class ScriptedSession:
+    """Each branch 'samples' the next text of its script, followed by the end-of-turn token.
+
+    Logprobs are reported as 0.0 (the texts were not sampled from any model).
+    """
+
+    def __init__(self, fmt: ChatFormat, scripts: dict[int, list[str]]):
+        self.fmt = fmt
+        self.scripts = {b: list(texts) for b, texts in scripts.items()}
+        self.branches = sorted(self.scripts)
+        self.read: dict[int, list[int]] = {b: [] for b in self.branches}
+        self.end_of_turn = fmt.encode(fmt.closing)[0]
+        self.calls: list[list[int]] = []
+        """The live branches of each sampling call."""
+
+    def drop(self, branches: list[int]) -> None:
+        self.branches = [b for b in self.branches if b not in set(branches)]
+
+    def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
+        if sorted(prompts) != self.branches:
+            raise ValueError(f"prompts are for {sorted(prompts)}, live branches are {self.branches}")
+        self.calls.append(sorted(prompts))
+        out = {}
+        for b, prompt in prompts.items():
+            if prompt[:len(self.read[b])] != self.read[b]:
+                raise ValueError(f"branch {b}: the prompt does not extend what was read before")
+            if not self.scripts[b]:
+                raise ValueError(f"branch {b} ran out of scripted replies")
+            tokens = (self.fmt.encode(self.scripts[b].pop(0)) + [self.end_of_turn])[:cfg.max_new_tokens]
+            stopped = "eos" if tokens[-1] == self.end_of_turn else "budget"
+            out[b] = Sample(tokens=tokens, logprobs=[0.0] * len(tokens), stopped_on=stopped,
+                            prefilled=len(prompt) - len(self.read[b]))
+            self.read[b] = list(prompt) + tokens[:-1]
+        return out
