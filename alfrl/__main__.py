@@ -5,6 +5,7 @@ Commands:
   demo       play one game to the end with ALFWorld's expert, in the real engine
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
+  train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
 """
 
 from __future__ import annotations
@@ -82,9 +83,24 @@ def cmd_generate(args: argparse.Namespace) -> None:
             print(f"packed {len(recs)} games into {path} ({path.stat().st_size / 1e6:.2f} MB)")
 
 
+def cmd_train(args: argparse.Namespace) -> None:
+    from alfrl.cli import given_flags
+    from alfrl.train import TrainConfig, preset, train
+    flags = given_flags(TrainConfig, args)
+    if args.resume:
+        ignored = sorted(set(flags) - {"updates"})
+        if ignored:
+            print(f"note: --resume continues with the run's saved config; ignoring {', '.join(ignored)}",
+                  file=sys.stderr)
+        train(resume=args.resume, updates=flags.get("updates"))
+    else:
+        train(preset(args.preset, **flags))
+
+
 def main(argv: list[str] | None = None) -> None:
     from alfrl.cli import add_dataclass_args
     from alfrl.generate import GenerateConfig
+    from alfrl.train import PRESETS, TrainConfig
 
     parser = argparse.ArgumentParser(prog="python -m alfrl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,15 +127,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pack-dir", help="also write compact packs (<split>.jsonl.xz) here, e.g. data/packs")
     p.set_defaults(func=cmd_generate)
 
+    p = sub.add_parser("train", help="train a LoRA adapter with group rollouts and PPO",
+                       description="Train with GRPO-style advantages and a clipped PPO loss on a LoRA adapter. "
+                                   "A preset sets many flags at once; flags given explicitly win.")
+    p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
+                   help="cpu: the bundled small model, minutes on 2 cores; reference: the reference run's "
+                        "settings for a GPU (default: cpu)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
+                                                       "(with its saved config; --updates may raise the total)")
+    add_dataclass_args(p, TrainConfig)
+    p.set_defaults(func=cmd_train)
+
     args = parser.parse_args(argv)
+    from alfrl.checkpoint import RunDirError
     from alfrl.games import GameDataError
     try:
         args.func(args)
-    except (GameDataError, FileNotFoundError, ValueError, RuntimeError) as e:
+    except (GameDataError, FileNotFoundError, ValueError, RuntimeError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("\ninterrupted; finished work is kept (generate resumes from its journal)", file=sys.stderr)
+        print("\ninterrupted; finished work is kept (generate resumes from its journal, train from its last "
+              "checkpoint with --resume)", file=sys.stderr)
         sys.exit(130)
 
 

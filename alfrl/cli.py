@@ -50,7 +50,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, prefix: str =
         help_ = f"{docs.get(f.name, '')} (default: {default})"
         if tp is bool:
             parser.add_argument(flag, dest=prefix + f.name, action=argparse.BooleanOptionalAction,
-                                default=default, help=help_)
+                                default=None, help=help_)
             continue
         convert, nargs = _parser_for(tp)
         parser.add_argument(flag, dest=prefix + f.name, type=convert, nargs=nargs, default=None, help=help_)
@@ -58,6 +58,11 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, prefix: str =
 
 def build_dataclass(cls: type, ns: argparse.Namespace, prefix: str = ""):
     """An instance of ``cls`` from parsed flags; unset flags keep the dataclass defaults."""
+    return cls(**given_flags(cls, ns, prefix))
+
+
+def given_flags(cls: type, ns: argparse.Namespace, prefix: str = "") -> dict:
+    """The fields of ``cls`` whose flags were given on the command line (nested dataclasses built)."""
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
@@ -68,4 +73,4 @@ def build_dataclass(cls: type, ns: argparse.Namespace, prefix: str = ""):
         value = getattr(ns, prefix + f.name)
         if value is not None:
             kwargs[f.name] = tuple(value) if isinstance(value, list) else value
-    return cls(**kwargs)
+    return kwargs

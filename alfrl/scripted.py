@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from alfrl.protocol import TOOL_NAME, ChatFormat
 from alfrl.sampler import SampleConfig, Sample
 
@@ -29,11 +31,13 @@ def expert_replies(game) -> list[str]:
 class ScriptedSession:
     """Each branch 'samples' the next text of its script, followed by the end-of-turn token.
 
-    Logprobs are reported as 0.0 (the texts were not sampled from any model).
+    Logprobs are 0.0, or with ``model`` the model's own logprobs of the scripted tokens at
+    ``temperature`` (teacher forcing: what the model would have given them), so scripted
+    trajectories can go through the PPO update like sampled ones.
     """
 
-    def __init__(self, fmt: ChatFormat, scripts: dict[int, list[str]]):
-        self.fmt = fmt
+    def __init__(self, fmt: ChatFormat, scripts: dict[int, list[str]], model=None, temperature: float = 1.0):
+        self.fmt, self.model, self.temperature = fmt, model, temperature
         self.scripts = {b: list(texts) for b, texts in scripts.items()}
         self.branches = sorted(self.scripts)
         self.read: dict[int, list[int]] = {b: [] for b in self.branches}
@@ -56,7 +60,15 @@ class ScriptedSession:
                 raise ValueError(f"branch {b} ran out of scripted replies")
             tokens = (self.fmt.encode(self.scripts[b].pop(0)) + [self.end_of_turn])[:cfg.max_new_tokens]
             stopped = "eos" if tokens[-1] == self.end_of_turn else "budget"
-            out[b] = Sample(tokens=tokens, logprobs=[0.0] * len(tokens), stopped_on=stopped,
+            out[b] = Sample(tokens=tokens, logprobs=self._logprobs(prompt, tokens), stopped_on=stopped,
                             prefilled=len(prompt) - len(self.read[b]))
             self.read[b] = list(prompt) + tokens[:-1]
         return out
+
+    def _logprobs(self, prompt: list[int], tokens: list[int]) -> list[float]:
+        if self.model is None:
+            return [0.0] * len(tokens)
+        from alfrl.ppo import sequence_logprobs
+        with torch.no_grad():
+            logp = sequence_logprobs(self.model, [list(prompt) + tokens], self.temperature)[0]
+        return [float(x) for x in logp[len(prompt):]]

@@ -1,0 +1,259 @@
+"""The training loop: pick games -> group rollouts -> advantages -> PPO update -> log -> checkpoint.
+
+``python -m alfrl train --preset cpu`` runs it headless; notebook 05 runs the same
+:func:`train` with live plots. Every field of :class:`TrainConfig` is a command-line flag
+and a papermill parameter; a preset sets many at once and explicit flags win over it.
+
+Exact resume: the games of update ``u`` and every branch's sampling seed depend only on
+the run's seed and ``u``; the adapter, Adam's state and the RNG states are checkpointed
+after every update (``checkpoint_every=1``). A run killed at any point and resumed with
+``--resume RUN_DIR`` replays at most the update that was in flight and logs the same
+metrics as a run that never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from alfrl.advantage import AdvantageConfig, assign_advantages, batch_stats
+from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, prepare_run_dir, read_jsonl,
+                              save_checkpoint, truncate_jsonl)
+from alfrl.games import load_games, shuffled
+from alfrl.models import BUNDLED, LoraSpec, load_policy
+from alfrl.plots import plot_training
+from alfrl.ppo import PPOConfig, make_optimizer, ppo_update
+from alfrl.rollout import RolloutConfig, rollout_batch
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs; each field is a ``--flag`` of ``python -m alfrl train``."""
+
+    run_dir: str = "runs/cpu"
+    """Where the run writes config, metrics, trajectories, plots and checkpoints."""
+    overwrite: bool = False
+    """Replace an existing run directory instead of refusing."""
+    model: str = BUNDLED
+    """A hub id, a local model directory, or "bundled" (SmolLM2-135M-Instruct, offline)."""
+    dtype: str = "float32"
+    """Model dtype (float32 on a CPU; bfloat16 on a GPU)."""
+    device: str = "cpu"
+    """"cpu" or "cuda"."""
+    init_adapter: str | None = None
+    """Start from a saved LoRA adapter (e.g. a warm start) instead of a fresh one."""
+    lora_rank: int = 16
+    """Rank of a fresh LoRA adapter."""
+    lora_alpha: int = 32
+    """Alpha of a fresh LoRA adapter."""
+    data_dir: str | None = None
+    """Games folder (default: the committed generated games)."""
+    split: str = "train"
+    """Split the training games come from."""
+    max_expert_steps: int | None = None
+    """Only games the expert solves in at most this many steps (small rooms, short tasks)."""
+    updates: int = 3
+    """PPO updates in the run."""
+    games_per_update: int = 2
+    """Groups (games) played per update."""
+    k: int = 4
+    """Trajectories per game."""
+    max_steps: int = 6
+    """Turns per trajectory."""
+    max_trajectory_tokens: int = 4000
+    """Token budget of one trajectory."""
+    max_new_tokens: int = 48
+    """Tokens the model may sample per reply."""
+    temperature: float = 1.0
+    """Sampling temperature (the update recomputes logprobs at the same one)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass."""
+    invalid_penalty: float = 0.1
+    """Reward lost per invalid action."""
+    normalize_std: bool = False
+    """Divide advantages by the group's std."""
+    clip_low: float = 0.8
+    """PPO ratio clip, lower bound."""
+    clip_high: float = 1.2
+    """PPO ratio clip, upper bound."""
+    lr: float = 1e-5
+    """Adam learning rate."""
+    beta1: float = 0.9
+    """Adam beta1."""
+    beta2: float = 0.95
+    """Adam beta2."""
+    max_grad_norm: float = 1.0
+    """Gradient norm clip."""
+    kl_coef: float = 0.0
+    """KL-to-reference penalty weight (0 = off)."""
+    epochs: int = 1
+    """Passes over each batch."""
+    minibatches: int = 1
+    """Optimizer steps per pass."""
+    micro_batch_tokens: int = 4096
+    """Padded tokens per forward/backward pass (lower it if memory runs out)."""
+    checkpoint_every: int = 1
+    """Updates between checkpoints (1 = an interrupted run loses at most the update in flight)."""
+    keep_checkpoints: int = 2
+    """Newest checkpoints kept (0 = all)."""
+    seed: int = 0
+    """Seeds the game order, the adapter's init and every branch's sampler."""
+    workers: int = 2
+    """Processes stepping the game copies."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+
+    def rollout(self, step: int) -> RolloutConfig:
+        return RolloutConfig(k=self.k, max_steps=self.max_steps, max_trajectory_tokens=self.max_trajectory_tokens,
+                             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                             seed=self.seed * 1_000_003 + step, workers=self.workers)
+
+    def ppo(self) -> PPOConfig:
+        return PPOConfig(clip_low=self.clip_low, clip_high=self.clip_high, lr=self.lr, beta1=self.beta1,
+                         beta2=self.beta2, max_grad_norm=self.max_grad_norm, kl_coef=self.kl_coef,
+                         temperature=self.temperature, micro_batch_tokens=self.micro_batch_tokens,
+                         epochs=self.epochs, minibatches=self.minibatches)
+
+    def advantage(self) -> AdvantageConfig:
+        return AdvantageConfig(invalid_penalty=self.invalid_penalty, normalize_std=self.normalize_std)
+
+
+PRESETS: dict[str, dict] = {
+    "cpu": {},
+    "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
+                      lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
+                      max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
+                      checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=16384),
+}
+"""cpu: the bundled small model, short episodes, minutes on 2 cores. reference: the reference run's
+settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA rank 32, lr 1e-6) for a GPU."""
+
+
+def preset(name: str, **overrides) -> TrainConfig:
+    """A config from a preset, with ``overrides`` on top."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return TrainConfig(**{**PRESETS[name], **overrides})
+
+
+def training_games(config: TrainConfig) -> list:
+    games = load_games(config.split, config.data_dir)
+    if config.max_expert_steps:
+        games = [g for g in games if len(g.walkthrough) <= config.max_expert_steps]
+    if not games:
+        raise ValueError(f"no {config.split} games with at most {config.max_expert_steps} expert steps; "
+                         "raise --max-expert-steps")
+    return shuffled(games, config.seed)
+
+
+def games_for_update(games: list, step: int, per_update: int) -> list:
+    """The games of update ``step`` (1-based): the next ``per_update`` of the shuffled list, wrapping."""
+    start = (step - 1) * per_update
+    return [games[(start + i) % len(games)] for i in range(per_update)]
+
+
+def _load(config: TrainConfig, adapter: str | None):
+    torch.manual_seed(config.seed)  # a fresh adapter's initial weights
+    lora = adapter or config.init_adapter or LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha)
+    return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device)
+
+
+def train(config: TrainConfig | None = None, resume: str | Path | None = None, updates: int | None = None,
+          progress: bool = True, on_update=None) -> list[dict]:
+    """Run training, or ``resume`` the run in that directory with its saved config (``updates``
+    raises its number of updates). Returns every update's metrics; ``on_update(metrics_so_far)``
+    is called after each update (notebooks redraw their plots there)."""
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / "config.json").is_file():
+            raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json); start a run with "
+                                    "python -m alfrl train --run-dir ...")
+        config = TrainConfig(**json.loads((run_dir / "config.json").read_text()))
+        config = replace(config, run_dir=str(run_dir), updates=updates or config.updates)
+        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    else:
+        config = replace(config or TrainConfig(), updates=updates or (config or TrainConfig()).updates)
+        run_dir = prepare_run_dir(config.run_dir, config.overwrite)
+        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    games = training_games(config)
+    checkpoint = latest_checkpoint(run_dir) if resume is not None else None
+    policy = _load(config, str(checkpoint / "adapter") if checkpoint else None)
+    ppo = config.ppo()
+    optimizer = make_optimizer(policy, ppo)
+    done = 0
+    if checkpoint:
+        done = load_state(checkpoint, optimizer)["step"]
+    truncate_jsonl(run_dir / "metrics.jsonl", done)
+    truncate_jsonl(run_dir / "trajectories.jsonl", done)
+    history = read_jsonl(run_dir / "metrics.jsonl")
+    if done >= config.updates:
+        print(f"{run_dir}: all {config.updates} updates already done")
+        return history
+    bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
+               initial=done, total=config.updates)
+    try:
+        for step in bar:
+            metrics = _one_update(policy, optimizer, config, ppo, games, step, run_dir, progress)
+            history.append(metrics)
+            append_jsonl(run_dir / "metrics.jsonl", [metrics])
+            if step % config.checkpoint_every == 0 or step == config.updates:
+                save_checkpoint(run_dir, step, policy, optimizer, {"cursor": step * config.games_per_update},
+                                keep_last=config.keep_checkpoints)
+            plot_training(history, run_dir / "plots.png", title=str(run_dir))
+            bar.set_postfix(reward=f"{metrics['reward']:.2f}", success=f"{metrics['success']:.2f}")
+            if on_update:
+                on_update(history)
+    except KeyboardInterrupt:
+        last = latest_checkpoint(run_dir)
+        print(f"\ninterrupted; the last checkpoint is {last.name if last else 'none'}. "
+              f"Continue with: python -m alfrl train --resume {run_dir}")
+        raise
+    print(summary(history, run_dir))
+    return history
+
+
+def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: list, step: int, run_dir: Path,
+                progress: bool) -> dict:
+    begin = time.perf_counter()
+    batch = games_for_update(games, step, config.games_per_update)
+    groups = rollout_batch(policy, batch, config.rollout(step), progress=progress)
+    rollout_seconds = time.perf_counter() - begin
+    trainable = assign_advantages(groups, config.advantage())
+    stats = batch_stats(groups, config.advantage())
+    tick = time.perf_counter()
+    updates = ppo_update(policy, optimizer, trainable, ppo) if trainable else []
+    update_seconds = time.perf_counter() - tick
+    ppo_metrics = {key: sum(u[key] for u in updates) / len(updates) for key in updates[0]} if updates else {
+        "loss": None, "clip_fraction": None, "approx_kl": None, "ratio_mean": None, "ratio_max": None,
+        "grad_norm": None, "kl_penalty": None, "tokens_trained": 0, "trajectories_trained": 0}
+    append_jsonl(run_dir / "trajectories.jsonl",
+                 [{"step": step, **json.loads(t.to_json())} for g in groups for t in g])
+    return {"step": step, **stats, **ppo_metrics, "optimizer_steps": len(updates),
+            "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
+            "games": [g.game_id for g in batch]}
+
+
+def summary(history: list[dict], run_dir: Path) -> str:
+    """A few lines on how the run went."""
+    if not history:
+        return f"{run_dir}: no updates yet"
+    first, last = history[0], history[-1]
+    seconds = sum(m["rollout_seconds"] + m["update_seconds"] for m in history)
+    trained = sum(m["tokens_trained"] for m in history)
+    return (f"\n{run_dir}: {len(history)} updates in {seconds / 60:.1f} min "
+            f"(rollouts {sum(m['rollout_seconds'] for m in history) / 60:.1f}, "
+            f"updates {sum(m['update_seconds'] for m in history) / 60:.1f})\n"
+            f"  success {first['success']:.2f} -> {last['success']:.2f}; reward {first['reward']:.2f} -> "
+            f"{last['reward']:.2f}; invalid/episode {first['invalid_per_episode']:.1f} -> "
+            f"{last['invalid_per_episode']:.1f}\n"
+            f"  {trained} tokens trained; {sum(m['degenerate_groups'] for m in history)} of "
+            f"{sum(m['groups'] for m in history)} groups had no signal (all rewards equal)\n"
+            f"  plots: {run_dir / 'plots.png'}; checkpoints: {run_dir / 'checkpoints'}")
+

@@ -1,0 +1,126 @@
+"""alfrl.train: run directories, presets and flags, checkpoints, exact resume, and a real smoke run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from alfrl.checkpoint import RunDirError, prepare_run_dir, read_jsonl
+from alfrl.protocol import ChatFormat
+from alfrl.scripted import ScriptedSession, expert_replies
+from alfrl.train import PRESETS, TrainConfig, games_for_update, preset, train
+
+SPLIT = "valid_seen"
+
+
+def tiny(tmp_path, tiny_games, **overrides) -> TrainConfig:
+    return TrainConfig(**{**dict(run_dir=str(tmp_path / "run"), data_dir=str(tiny_games.root), split=SPLIT,
+                                 updates=2, games_per_update=1, k=2, max_steps=2, max_new_tokens=48,
+                                 max_trajectory_tokens=3000, lr=1e-3, lora_rank=4, lora_alpha=8, workers=0,
+                                 threads=2), **overrides})
+
+
+def test_refuses_to_overwrite_a_run(tmp_path):
+    run = prepare_run_dir(tmp_path / "run")
+    (run / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(RunDirError, match="--resume"):
+        prepare_run_dir(run)
+    assert not any(prepare_run_dir(run, overwrite=True).iterdir())
+
+
+def test_presets_and_flags():
+    ref = preset("reference")
+    assert (ref.games_per_update, ref.k, ref.max_steps, ref.max_trajectory_tokens, ref.temperature, ref.lora_rank,
+            ref.lr, ref.clip_low, ref.clip_high, ref.kl_coef) == (8, 8, 50, 12000, 1.0, 32, 1e-6, 0.8, 1.2, 0.0)
+    assert preset("reference", k=4).k == 4 and preset("cpu").model == "bundled"
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("huge")
+    assert set(PRESETS) == {"cpu", "reference"}
+
+
+def test_games_cycle_through_the_shuffled_list():
+    games = list("abcde")
+    assert [games_for_update(games, s, 2) for s in (1, 2, 3)] == [["a", "b"], ["c", "d"], ["e", "a"]]
+
+
+def test_cli_help_lists_every_field():
+    out = subprocess.run([sys.executable, "-m", "alfrl", "train", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for flag in ("--preset", "--resume", "--run-dir", "--k", "--max-trajectory-tokens", "--clip-low", "--lr",
+                 "--checkpoint-every", "--init-adapter"):
+        assert flag in out
+
+
+@pytest.fixture
+def expert_vs_junk(monkeypatch):
+    """Branch 0 plays the expert's walkthrough, branch 1 junk: rewards differ, so every group trains.
+    Logprobs are the policy's own (teacher forcing), so PPO ratios are real."""
+    import alfrl.rollout as rollout
+    original = rollout.rollout_group
+
+    def rollout_group(policy, game, config, env=None, fmt=None, session=None):
+        fmt = fmt or ChatFormat(policy.tokenizer)
+        scripted = ScriptedSession(fmt, {0: expert_replies(game), 1: ["no"] * config.max_steps},
+                                   model=policy.model, temperature=config.temperature)
+        return original(policy, game, config, env=env, fmt=fmt, session=scripted)
+    monkeypatch.setattr(rollout, "rollout_group", rollout_group)
+
+
+def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, expert_vs_junk):
+    straight = train(tiny(tmp_path / "a", tiny_games), progress=False)
+    assert [m["step"] for m in straight] == [1, 2]
+    assert all(m["optimizer_steps"] == 1 and m["degenerate_groups"] == 0 for m in straight)
+    assert straight[1]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # sampler and trainer agree
+
+    def stop_after_first(history):
+        if len(history) == 1:
+            raise KeyboardInterrupt
+    config = tiny(tmp_path / "b", tiny_games)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, progress=False, on_update=stop_after_first)
+    run = tmp_path / "b" / "run"
+    # a kill after update 2's metrics were logged but before its checkpoint: the line is dropped on resume
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 2, "reward": 123.0}) + "\n")
+    resumed = train(resume=run, progress=False)
+    assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
+    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds"}
+    same = [{k: v for k, v in m.items() if k not in drop} for m in resumed]
+    want = [{k: v for k, v in m.items() if k not in drop} for m in straight]
+    _close(same, want)
+    assert len(read_jsonl(run / "trajectories.jsonl")) == 2 * 2
+
+
+def _close(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            if isinstance(x[key], float):
+                assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-7), key
+            else:
+                assert x[key] == y[key], key
+
+
+def test_resume_needs_a_run_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        train(resume=tmp_path)
+
+
+def test_cli_smoke_run_with_the_real_model(tmp_path, tiny_games):
+    """One update of the real thing, headless: rollouts by the small model, a run directory on disk."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "alfrl", "train", "--run-dir", str(run), "--data-dir", str(tiny_games.root),
+           "--split", SPLIT, "--updates", "1", "--games-per-update", "1", "--k", "2", "--max-steps", "2",
+           "--max-new-tokens", "8", "--lora-rank", "4"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 updates in" in done.stdout
+    assert {p.name for p in run.iterdir()} >= {"config.json", "metrics.jsonl", "trajectories.jsonl", "plots.png",
+                                               "checkpoints"}
+    assert (run / "checkpoints" / "step_00001" / "adapter" / "adapter_model.safetensors").is_file()
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 2 and "already exists" in again.stderr
