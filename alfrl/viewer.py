@@ -1,0 +1,198 @@
+"""Seeing a trajectory's tokens: which ones the model sampled (and is trained on), and which not.
+
+Every token of a :class:`alfrl.rollout.Trajectory` has one **role**:
+
+- ``"prompt"``: the first prompt (system prompt, task, first observation), shared by the group;
+- ``"sampled"``: written by the model (mask 1), its end-of-turn token included;
+- ``"template"``: what the chat template puts between turns: the rest of the closing after a
+  reply, and the tool turn's header and footer with the next assistant header;
+- ``"tool"``: the tool result's content: status line, observation, available actions.
+
+The template's pieces are derived from the template itself (a probe tool result is rendered
+and split around), as :class:`alfrl.protocol.ChatFormat` does, so no template is hard-coded.
+:func:`trajectory_html` draws the tokens coloured by role or by advantage; :func:`browse` is a
+small widget to page through a group (static HTML where ipywidgets is missing).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from alfrl.protocol import ChatFormat
+from alfrl.rollout import Trajectory
+
+ROLES = ("prompt", "sampled", "template", "tool")
+ROLE_COLORS = {"prompt": "#e3e3e3", "sampled": "#ffd54f", "template": "#d1c4e9", "tool": "#b3e5fc"}
+ROLE_HELP = {"prompt": "first prompt", "sampled": "sampled by the model (mask 1: trained)",
+             "template": "chat template", "tool": "tool result"}
+
+_PROBE = "\u2063ALFRL-VIEWER\u2063"
+_PROBE_HISTORY = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                  {"role": "assistant", "content": "a"}]
+
+
+@dataclass(frozen=True)
+class TemplateParts:
+    """Token ids the chat template puts around a tool result."""
+
+    closing: list[int]
+    """After an assistant reply (its first token, the end-of-turn token, is usually sampled)."""
+    tool_header: list[int]
+    """Before the tool result's content."""
+    tool_footer: list[int]
+    """After the content, up to and including the next assistant header."""
+
+
+def template_parts(fmt: ChatFormat) -> TemplateParts:
+    """Render a tool turn around a probe content and split it there."""
+    turn = fmt.tool_turn(_PROBE_HISTORY, _PROBE)
+    if turn.count(_PROBE) != 1:
+        raise ValueError("the chat template does not show a tool result's content verbatim once; "
+                         "cannot tell its tokens from the template's")
+    header, footer = turn.split(_PROBE)
+    return TemplateParts(fmt.encode(fmt.closing), fmt.encode(header), fmt.encode(footer))
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _gap_roles(gap: list[int], after_end_of_turn: bool, parts: TemplateParts) -> list[str]:
+    """Roles of the tokens between two replies: closing + tool header, content, tool footer.
+
+    A token where content and template merged (none in the templates tried) counts as tool.
+    """
+    closing = parts.closing[1:] if after_end_of_turn else parts.closing
+    head = _common_prefix(gap, closing + parts.tool_header)
+    tail = _common_prefix(gap[head:][::-1], parts.tool_footer[::-1])
+    return ["template"] * head + ["tool"] * (len(gap) - head - tail) + ["template"] * tail
+
+
+def token_roles(trajectory: Trajectory, fmt: ChatFormat, parts: TemplateParts | None = None) -> list[str]:
+    """One role per token: "prompt", "sampled", "template" or "tool" (see the module's docstring)."""
+    t = trajectory
+    if not len(t.tokens) == len(t.mask) == len(t.logprobs):
+        raise ValueError(f"tokens, mask and logprobs differ in length ({len(t.tokens)}, {len(t.mask)}, "
+                         f"{len(t.logprobs)})")
+    if any(t.mask[:t.prompt_tokens]):
+        raise ValueError("the mask is 1 inside the first prompt; is prompt_tokens right?")
+    parts = parts or template_parts(fmt)
+    roles = ["prompt"] * t.prompt_tokens
+    i = t.prompt_tokens
+    while i < len(t.tokens):
+        j = i
+        while j < len(t.tokens) and t.mask[j] == t.mask[i]:
+            j += 1
+        if t.mask[i]:
+            roles += ["sampled"] * (j - i)
+        else:  # between two replies (build_next_prompt): the closing's rest, then the tool turn
+            after_eot = bool(parts.closing) and i > 0 and t.tokens[i - 1] == parts.closing[0]
+            roles += _gap_roles(t.tokens[i:j], after_eot, parts)
+        i = j
+    return roles
+
+
+# --- HTML --------------------------------------------------------------------------------
+
+def _advantage_color(advantage: float, scale: float) -> str:
+    alpha = 0.12 + 0.78 * min(1.0, abs(advantage) / scale) if advantage else 0.0
+    rgb = "46, 160, 67" if advantage > 0 else "215, 48, 39"
+    return f"rgba({rgb}, {alpha:.2f})" if alpha else "#ffffff"
+
+
+def _legend(color_by: str, advantage_scale: float) -> str:
+    def item(color, label):
+        return (f'<span class="alfrl-legend" style="background:{color}; padding:0 6px; margin-right:8px; '
+                f'border:1px solid #bbb">{html.escape(label)}</span>')
+
+    if color_by == "role":
+        items = [item(ROLE_COLORS[r], f"{r}: {ROLE_HELP[r]}") for r in ROLES]
+    else:
+        items = [item(_advantage_color(a, advantage_scale), f"sampled, advantage {a:+.2g}")
+                 for a in (advantage_scale, advantage_scale / 4, -advantage_scale / 4, -advantage_scale)]
+        items.append(item("#eeeeee", "not sampled (no gradient)"))
+    return "<div>" + "".join(items) + "</div>"
+
+
+def _header(t: Trajectory, roles: list[str]) -> str:
+    def num(x):
+        return "-" if x is None else f"{x:+.3f}"
+
+    counts = ", ".join(f"{roles.count(r)} {r}" for r in ROLES)
+    return (f"<div><b>{html.escape(t.game_id)}</b> · branch {t.branch} · won {t.won} · steps {t.steps} · "
+            f"invalid {t.invalid} · reward {num(t.reward)} · advantage {num(t.advantage)} · "
+            f"{len(t.tokens)} tokens ({counts})</div>")
+
+
+def trajectory_html(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "role",
+                    advantage_scale: float = 1.0, max_height: str = "480px") -> str:
+    """Every token as a ``<span>``, coloured by role or by advantage, with a header and a legend.
+
+    ``color_by="advantage"`` tints the sampled tokens green (advantage > 0) or red (< 0), the
+    stronger the larger |advantage| (full at ``advantage_scale``); every other token is grey:
+    it gets no gradient. Hover a token for its position, id, role and logprob.
+    """
+    if color_by not in ("role", "advantage"):
+        raise ValueError(f"color_by must be 'role' or 'advantage', not {color_by!r}")
+    t = trajectory
+    roles = token_roles(t, fmt)
+    pieces = fmt.tokenizer.batch_decode([[tok] for tok in t.tokens], clean_up_tokenization_spaces=False)
+    spans = []
+    for i, (tok, piece, role, logprob) in enumerate(zip(t.tokens, pieces, roles, t.logprobs)):
+        if color_by == "role":
+            style = f"background:{ROLE_COLORS[role]}"
+        elif role == "sampled":
+            style = f"background:{_advantage_color(t.advantage or 0.0, advantage_scale)}"
+        else:
+            style = "background:#eeeeee; color:#888888"
+        text = html.escape(piece).replace("\n", "\u21b5\n")
+        title = f"#{i} · id {tok} · {role} · logprob {logprob:.3f}"
+        spans.append(f'<span class="alfrl-tok" style="{style}" title="{html.escape(title)}">{text}</span>')
+    body = (f'<div style="white-space:pre-wrap; font-family:monospace; font-size:80%; line-height:1.5; '
+            f'max-height:{max_height}; overflow:auto; border:1px solid #ccc; padding:4px">'
+            + "".join(spans) + "</div>")
+    return f'<div class="alfrl-trajectory">{_header(t, roles)}{_legend(color_by, advantage_scale)}{body}</div>'
+
+
+def show_trajectory(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "role", **kwargs) -> None:
+    """Display :func:`trajectory_html` in a notebook."""
+    from IPython.display import HTML, display
+    display(HTML(trajectory_html(trajectory, fmt, color_by, **kwargs)))
+
+
+def browse(trajectories: list[Trajectory], fmt: ChatFormat, color_by: str = "role", labels: list[str] | None = None,
+           **kwargs):
+    """A dropdown of trajectories (named by ``labels``, or by branch and outcome) and a role/advantage
+    toggle (ipywidgets); the first trajectory as static HTML where ipywidgets is missing. Returns
+    the object to display."""
+    if not trajectories:
+        raise ValueError("no trajectories to browse")
+    if labels is not None and len(labels) != len(trajectories):
+        raise ValueError(f"{len(labels)} labels for {len(trajectories)} trajectories")
+    try:
+        import ipywidgets as w
+    except ImportError:
+        from IPython.display import HTML
+        return HTML(trajectory_html(trajectories[0], fmt, color_by, **kwargs))
+
+    def label(t: Trajectory) -> str:
+        reward = "" if t.reward is None else f", reward {t.reward:+.2f}"
+        return f"branch {t.branch}: {'won' if t.won else 'lost'}, {t.steps} steps, {t.invalid} invalid{reward}"
+
+    names = labels or [label(t) for t in trajectories]
+    pick = w.Dropdown(options=[(name, i) for i, name in enumerate(names)], value=0,
+                      description="trajectory", layout=w.Layout(width="auto"))
+    colour = w.ToggleButtons(options=["role", "advantage"], value=color_by, description="colour by")
+    view = w.HTML()
+
+    def refresh(_=None):
+        view.value = trajectory_html(trajectories[pick.value], fmt, colour.value, **kwargs)
+
+    pick.observe(refresh, names="value")
+    colour.observe(refresh, names="value")
+    refresh()
+    return w.VBox([w.HBox([pick, colour]), view])
