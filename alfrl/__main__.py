@@ -6,6 +6,7 @@ Commands:
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
+  eval       success per split and task type of a model (+ adapter) on valid_seen / valid_unseen
 """
 
 from __future__ import annotations
@@ -97,6 +98,19 @@ def cmd_train(args: argparse.Namespace) -> None:
         train(preset(args.preset, **flags))
 
 
+def cmd_eval(args: argparse.Namespace) -> None:
+    from alfrl.cli import build_dataclass
+    from alfrl.evaluate import EvalConfig, evaluate
+    config = build_dataclass(EvalConfig, args)
+    summary = evaluate(config)
+    print(f"\n{config.out}: {summary['all']['won']}/{summary['all']['games']} games won")
+    for split, s in summary["splits"].items():
+        print(f"  {split:<13} success {100 * s['success']:5.1f}% ({s['won']}/{s['games']}), "
+              f"invalid/episode {s['invalid_per_episode']:.2f}, valid calls {100 * s['valid_call_rate']:.0f}%, "
+              f"admissible {100 * s['admissible_rate']:.0f}%")
+    print(f"  records: {config.out}/records.jsonl; summary: {config.out}/summary.json")
+
+
 def main(argv: list[str] | None = None) -> None:
     from alfrl.cli import add_dataclass_args
     from alfrl.generate import GenerateConfig
@@ -138,12 +152,17 @@ def main(argv: list[str] | None = None) -> None:
     add_dataclass_args(p, TrainConfig)
     p.set_defaults(func=cmd_train)
 
+    from alfrl.evaluate import EvalConfig
+    p = sub.add_parser("eval", help="evaluate a model (+ LoRA adapter) on valid_seen / valid_unseen")
+    add_dataclass_args(p, EvalConfig)
+    p.set_defaults(func=cmd_eval)
+
     args = parser.parse_args(argv)
     from alfrl.checkpoint import RunDirError
     from alfrl.games import GameDataError
     try:
         args.func(args)
-    except (GameDataError, FileNotFoundError, ValueError, RuntimeError, RunDirError) as e:
+    except (GameDataError, FileNotFoundError, FileExistsError, ValueError, RuntimeError, RunDirError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:

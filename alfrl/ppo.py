@@ -126,7 +126,7 @@ def ppo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
     return -torch.minimum(unclipped, clipped), ratio
 
 
-def _micro_batches(trajectories: list[Trajectory], max_tokens: int) -> list[list[Trajectory]]:
+def micro_batches(trajectories: list[Trajectory], max_tokens: int) -> list[list[Trajectory]]:
     """Group trajectories (longest first) so each group's padded size stays under ``max_tokens``."""
     batches, current = [], []
     for t in sorted(trajectories, key=lambda t: -len(t.tokens)):
@@ -138,7 +138,7 @@ def _micro_batches(trajectories: list[Trajectory], max_tokens: int) -> list[list
     return batches + ([current] if current else [])
 
 
-def _tensors(batch: list[Trajectory], length: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def padded_tensors(batch: list[Trajectory], length: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """old logprobs, mask and per-token advantages, right-padded to ``length``."""
     old = torch.zeros(len(batch), length)
     mask = torch.zeros(len(batch), length)
@@ -169,10 +169,10 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
     was_training = model.training
     model.train()
     try:
-        for batch in _micro_batches(trajectories, config.micro_batch_tokens):
+        for batch in micro_batches(trajectories, config.micro_batch_tokens):
             length = max(len(t.tokens) for t in batch)
             new = sequence_logprobs(model, [t.tokens for t in batch], config.temperature, config.logit_chunk)
-            old, mask, adv = _tensors(batch, length, device)
+            old, mask, adv = padded_tensors(batch, length, device)
             token_loss, ratio = ppo_token_loss(new, old, adv, config.clip_low, config.clip_high)
             loss = (token_loss * mask).sum()
             log_ratio = (new - old).detach()

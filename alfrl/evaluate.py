@@ -1,0 +1,210 @@
+"""Evaluation: one near-greedy trajectory per game on valid_seen / valid_unseen, per-split and
+per-task success, invalid actions, and a comparison of checkpoints.
+
+``python -m alfrl eval --adapter runs/cpu/checkpoints/step_00003/adapter --out runs/eval/step3``
+
+Results go to ``OUT/records.jsonl`` (one line per game, written as each game ends, so an
+interrupted evaluation continues with ``--resume``) and ``OUT/summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import fmean
+
+import torch
+from tqdm.auto import tqdm
+
+from alfrl import TASK_TYPES
+from alfrl.env import GroupEnv
+from alfrl.games import load_games
+from alfrl.models import BUNDLED, load_policy
+from alfrl.protocol import ChatFormat
+from alfrl.rollout import END_REASONS, RolloutConfig, rollout_group
+
+EVAL_SPLITS = ("valid_seen", "valid_unseen")
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate and how; each field is a ``--flag`` of ``python -m alfrl eval``."""
+
+    out: str = "runs/eval/base"
+    """Folder for records.jsonl and summary.json."""
+    overwrite: bool = False
+    """Replace existing results instead of refusing."""
+    resume: bool = False
+    """Continue an interrupted evaluation in ``out`` (games already recorded are skipped)."""
+    model: str = BUNDLED
+    """A hub id, a local model directory, or "bundled"."""
+    adapter: str | None = None
+    """A saved LoRA adapter to evaluate (e.g. runs/cpu/checkpoints/step_00003/adapter)."""
+    dtype: str = "float32"
+    """Model dtype."""
+    device: str = "cpu"
+    """"cpu" or "cuda"."""
+    data_dir: str | None = None
+    """Games folder: the generated games by default, or ALFWorld's json_2.1.1."""
+    split: str = "all"
+    """valid_seen, valid_unseen, or all (both)."""
+    limit: int | None = None
+    """At most this many games per split: a fixed sample (shuffled with seed 0), so every task type shows up."""
+    temperature: float = 0.01
+    """Sampling temperature (0.01 as in the reference; 0 = greedy)."""
+    max_steps: int = 50
+    """Turns per game."""
+    max_trajectory_tokens: int = 12000
+    """Token budget per game."""
+    max_new_tokens: int = 256
+    """Tokens per reply."""
+    seed: int = 42
+    """Sampling seed."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+
+    def splits(self) -> tuple[str, ...]:
+        if self.split == "all":
+            return EVAL_SPLITS
+        return (self.split,)
+
+
+def game_record(split: str, trajectory) -> dict:
+    """One evaluation line: the outcome, the rates, and the whole trajectory."""
+    turns = trajectory.turns
+    return {"split": split, "game_id": trajectory.game_id, "task_type": trajectory.task_type,
+            "won": trajectory.won, "steps": trajectory.steps, "invalid": trajectory.invalid,
+            "end_reason": trajectory.end_reason,
+            "valid_calls": sum(t.valid_format for t in turns), "admissible": sum(t.admissible for t in turns),
+            "turns": len(turns), "trajectory": json.loads(trajectory.to_json())}
+
+
+def summarize(records: list[dict]) -> dict:
+    """Success per split (and "all"), per task type within each split, invalid actions per episode,
+    mean steps, end reasons, valid tool-call rate and admissible rate."""
+    if not records:
+        raise ValueError("no records to summarise")
+
+    def stats(rows: list[dict]) -> dict:
+        turns = sum(r["turns"] for r in rows)
+        return {"games": len(rows), "won": sum(r["won"] for r in rows),
+                "success": fmean(r["won"] for r in rows),
+                "invalid_per_episode": fmean(r["invalid"] for r in rows),
+                "mean_steps": fmean(r["steps"] for r in rows),
+                "valid_call_rate": sum(r["valid_calls"] for r in rows) / turns if turns else 0.0,
+                "admissible_rate": sum(r["admissible"] for r in rows) / turns if turns else 0.0,
+                "end_reasons": {e: sum(r["end_reason"] == e for r in rows) for e in END_REASONS}}
+
+    by_split = defaultdict(list)
+    for r in records:
+        by_split[r["split"]].append(r)
+    out = {"splits": {s: stats(rows) for s, rows in sorted(by_split.items())}, "all": stats(records)}
+    out["tasks"] = {s: {t: stats([r for r in rows if r["task_type"] == t]) for t in TASK_TYPES
+                        if any(r["task_type"] == t for r in rows)} for s, rows in sorted(by_split.items())}
+    return out
+
+
+def _prepare(config: EvalConfig) -> tuple[Path, set[tuple[str, str]]]:
+    out = Path(config.out)
+    records = out / "records.jsonl"
+    done: set[tuple[str, str]] = set()
+    if records.exists():
+        if config.resume:
+            done = {(r["split"], r["game_id"]) for r in read_records(out)}
+        elif config.overwrite:
+            records.unlink()
+            (out / "summary.json").unlink(missing_ok=True)
+        else:
+            raise FileExistsError(f"{out} already holds evaluation results; pass --resume to continue them, "
+                                  "--overwrite to replace them, or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    return out, done
+
+
+def read_records(out: str | Path) -> list[dict]:
+    path = Path(out) / "records.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = True) -> dict:
+    """Play every selected game once; write records and a summary; return the summary."""
+    config = config or EvalConfig()
+    out, done = _prepare(config)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    games = [(split, g) for split in config.splits()
+             for g in load_games(split, config.data_dir, limit=config.limit,
+                                  seed=0 if config.limit else None)]
+    todo = [(s, g) for s, g in games if (s, g.game_id) not in done]
+    if policy is None:
+        policy = load_policy(config.model, lora=config.adapter, dtype=config.dtype, device=config.device)
+    policy.model.eval()
+    fmt = ChatFormat(policy.tokenizer)
+    rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
+                            max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                            seed=config.seed, workers=0)
+    bar = tqdm(todo, desc=f"eval {config.split}", unit="game", disable=not progress)
+    won = 0
+    with GroupEnv(k=1, max_steps=config.max_steps, workers=0) as env, \
+            (out / "records.jsonl").open("a") as f:
+        for i, (split, game) in enumerate(bar, 1):
+            (trajectory,) = rollout_group(policy, game, rollout, env=env, fmt=fmt)
+            f.write(json.dumps(game_record(split, trajectory)) + "\n")
+            f.flush()
+            won += trajectory.won
+            bar.set_postfix(success=f"{won / i:.2f}")
+    summary = summarize(read_records(out))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def comparison_table(results: dict[str, str | Path]):
+    """A pandas table, one row per named result folder: success per split and all, invalid/episode."""
+    import pandas as pd
+    rows = []
+    for name, folder in results.items():
+        s = json.loads((Path(folder) / "summary.json").read_text())
+        row = {"checkpoint": name}
+        row.update({f"{split} %": 100 * v["success"] for split, v in s["splits"].items()})
+        row.update({"all %": 100 * s["all"]["success"], "games": s["all"]["games"],
+                    "invalid / episode": s["all"]["invalid_per_episode"],
+                    "valid calls %": 100 * s["all"]["valid_call_rate"]})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("checkpoint")
+
+
+def comparison_figure(results: dict[str, str | Path], path: str | Path | None = None):
+    """Three panels like the reference's: success by split, success per task type, invalid actions."""
+    import matplotlib.pyplot as plt
+    summaries = {n: json.loads((Path(f) / "summary.json").read_text()) for n, f in results.items()}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), constrained_layout=True)
+    width = 0.8 / max(1, len(summaries))
+    splits = sorted({s for v in summaries.values() for s in v["splits"]}) + ["all"]
+    for i, (name, s) in enumerate(summaries.items()):
+        values = [100 * (s["all"] if sp == "all" else s["splits"].get(sp, {"success": 0}))["success"]
+                  for sp in splits]
+        axes[0].bar([x + i * width for x in range(len(splits))], values, width, label=name)
+        per_task = defaultdict(list)
+        for split_tasks in s["tasks"].values():
+            for t, v in split_tasks.items():
+                per_task[t].extend([v["success"]] * v["games"])
+        tasks = [t for t in TASK_TYPES if t in per_task]
+        axes[1].bar([x + i * width for x in range(len(tasks))], [100 * fmean(per_task[t]) for t in tasks], width,
+                    label=name)
+        axes[1].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(tasks))],
+                           [t.replace("pick_", "").replace("_then_place_in_recep", "").replace("_and_place", "")
+                            .replace("_obj", "").replace("_in_light", "") for t in tasks], rotation=20)
+        axes[2].bar(i, s["all"]["invalid_per_episode"], label=name)
+    axes[0].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(splits))], splits)
+    axes[0].set_title("success % by split")
+    axes[1].set_title("success % per task type")
+    axes[2].set_xticks(range(len(summaries)), list(summaries), rotation=20)
+    axes[2].set_title("invalid actions / episode")
+    axes[0].legend()
+    if path is not None:
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+    return fig

@@ -1,0 +1,84 @@
+"""One training update at the cpu preset, timed: rollout / logprob recompute / backward + optimizer step,
+with peak memory (RSS) after each phase.
+
+The rollout is real (the small model plays ``--games`` groups). Because the untrained model's
+groups are usually degenerate (no signal), the update is timed on those trajectories with
+advantages set to +1/-1 alternately, which costs exactly what a real update costs.
+
+    python benchmarks/train_step.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import torch
+
+from alfrl.advantage import assign_advantages
+from alfrl.models import LoraSpec, load_policy
+from alfrl.ppo import make_optimizer, ppo_token_loss, sequence_logprobs, micro_batches, padded_tensors
+from alfrl.rollout import rollout_batch
+from alfrl.train import preset, training_games, games_for_update
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    config = preset(args.preset)
+    print(f"preset {args.preset}: {config.games_per_update} games x {config.k}, {config.max_steps} steps, "
+          f"{config.max_new_tokens} new tokens per reply, LoRA rank {config.lora_rank}; {args.threads} threads")
+    torch.manual_seed(0)
+    policy = load_policy(config.model, lora=LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha))
+    print(f"loaded: peak RSS {peak_rss_mb():.0f} MB")
+
+    ppo = config.ppo()
+    games = games_for_update(training_games(config), 1, config.games_per_update)
+    tick = time.perf_counter()
+    groups = rollout_batch(policy, games, config.rollout(1))
+    rollout_s = time.perf_counter() - tick
+    assign_advantages(groups, config.advantage())
+    batch = [t for g in groups for t in g]
+    for i, t in enumerate(batch):
+        t.advantage = 1.0 if i % 2 == 0 else -1.0
+    tokens = sum(len(t.tokens) for t in batch)
+    trained = sum(sum(t.mask) for t in batch)
+    print(f"rollout: {rollout_s:.1f} s for {len(batch)} trajectories ({tokens} tokens, {trained} sampled); "
+          f"peak RSS {peak_rss_mb():.0f} MB")
+
+    optimizer = make_optimizer(policy, ppo)
+    model = policy.model
+    model.train()
+    forward_s = backward_s = 0.0
+    optimizer.zero_grad()
+    for micro in micro_batches(batch, ppo.micro_batch_tokens):
+        tick = time.perf_counter()
+        new = sequence_logprobs(model, [t.tokens for t in micro], ppo.temperature, ppo.logit_chunk)
+        old, mask, adv = padded_tensors(micro, new.shape[1], new.device)
+        loss, _ = ppo_token_loss(new, old, adv, ppo.clip_low, ppo.clip_high)
+        loss = (loss * mask).sum() / trained
+        forward_s += time.perf_counter() - tick
+        tick = time.perf_counter()
+        loss.backward()
+        backward_s += time.perf_counter() - tick
+    tick = time.perf_counter()
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], ppo.max_grad_norm)
+    optimizer.step()
+    step_s = time.perf_counter() - tick
+    print(f"logprob recompute (forward): {forward_s:.1f} s ({tokens / forward_s:.0f} tokens/s)")
+    print(f"backward: {backward_s:.1f} s; optimizer step {step_s:.2f} s; peak RSS {peak_rss_mb():.0f} MB")
+    total = rollout_s + forward_s + backward_s + step_s
+    print(f"one update: {total:.1f} s = rollout {rollout_s / total:.0%}, recompute {forward_s / total:.0%}, "
+          f"backward {(backward_s + step_s) / total:.0%}")
+
+
+if __name__ == "__main__":
+    main()

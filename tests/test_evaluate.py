@@ -1,0 +1,74 @@
+"""alfrl.evaluate: summary statistics by hand, refusal to overwrite, resume, and real evaluations on
+generated games and (when present) ALFWorld's official valid_seen games."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from alfrl.evaluate import EvalConfig, comparison_table, evaluate, read_records, summarize
+
+
+def record(split: str, task: str, won: bool, invalid: int, steps: int, valid_calls: int, admissible: int,
+           end: str) -> dict:
+    return {"split": split, "game_id": f"{task}/{split}/{steps}", "task_type": task, "won": won, "steps": steps,
+            "invalid": invalid, "end_reason": end, "valid_calls": valid_calls, "admissible": admissible,
+            "turns": steps}
+
+
+RECORDS = [
+    record("valid_seen", "pick_and_place_simple", True, 2, 10, 9, 8, "won"),
+    record("valid_seen", "pick_and_place_simple", False, 4, 50, 40, 46, "max_steps"),
+    record("valid_seen", "pick_heat_then_place_in_recep", True, 0, 20, 20, 20, "won"),
+    record("valid_unseen", "pick_heat_then_place_in_recep", False, 6, 30, 30, 24, "max_tokens"),
+]
+
+
+def test_summary_by_hand():
+    s = summarize(RECORDS)
+    seen, unseen, everything = s["splits"]["valid_seen"], s["splits"]["valid_unseen"], s["all"]
+    assert (seen["games"], seen["won"], unseen["games"], unseen["won"]) == (3, 2, 1, 0)
+    assert seen["success"] == pytest.approx(2 / 3) and everything["success"] == 0.5
+    assert seen["invalid_per_episode"] == 2.0 and everything["invalid_per_episode"] == 3.0
+    assert everything["mean_steps"] == 27.5
+    assert everything["valid_call_rate"] == pytest.approx(99 / 110)
+    assert everything["admissible_rate"] == pytest.approx(98 / 110)
+    assert everything["end_reasons"] == {"won": 2, "max_steps": 1, "max_tokens": 1}
+    tasks = s["tasks"]["valid_seen"]
+    assert tasks["pick_and_place_simple"]["success"] == 0.5 and tasks["pick_heat_then_place_in_recep"]["won"] == 1
+    assert set(s["tasks"]["valid_unseen"]) == {"pick_heat_then_place_in_recep"}
+    with pytest.raises(ValueError, match="no records"):
+        summarize([])
+
+
+def tiny_eval(out, data_dir, **overrides) -> EvalConfig:
+    return EvalConfig(**{**dict(out=str(out), data_dir=str(data_dir), split="valid_seen", limit=2, max_steps=2,
+                                max_new_tokens=8), **overrides})
+
+
+def test_evaluate_refuses_to_overwrite_and_resumes(tmp_path, tiny_games):
+    out = tmp_path / "eval"
+    first = evaluate(tiny_eval(out, tiny_games.root, limit=1), progress=False)
+    assert first["all"]["games"] == 1
+    with pytest.raises(FileExistsError, match="--resume"):
+        evaluate(tiny_eval(out, tiny_games.root), progress=False)
+    resumed = evaluate(tiny_eval(out, tiny_games.root, resume=True), progress=False)
+    records = read_records(out)
+    assert resumed["all"]["games"] == 2 and len({r["game_id"] for r in records}) == 2
+    assert all(r["steps"] == 2 and r["trajectory"]["turns"] for r in records)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary == resumed
+    table = comparison_table({"base": out})
+    assert table.loc["base", "games"] == 2
+    again = evaluate(tiny_eval(out, tiny_games.root, overwrite=True, limit=1), progress=False)
+    assert again["all"]["games"] == 1
+
+
+def test_evaluate_on_official_valid_seen_games(tmp_path, real_data_dir):
+    """The same command on ALFWorld's official games (skipped where they are absent)."""
+    s = evaluate(tiny_eval(tmp_path / "real", real_data_dir), progress=False)
+    assert s["all"]["games"] == 2
+    records = read_records(tmp_path / "real")
+    assert all(r["split"] == "valid_seen" and r["trajectory"]["prompt_tokens"] > 100 for r in records)
+    assert {r["task_type"] for r in records} <= set(s["tasks"]["valid_seen"])
