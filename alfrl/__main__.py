@@ -7,6 +7,7 @@ Commands:
   generate   make new games offline (train / valid_seen / valid_unseen)
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
   eval       success per split and task type of a model (+ adapter) on valid_seen / valid_unseen
+  sft        expert warm start: fine-tune a LoRA adapter on the expert's walkthroughs
 """
 
 from __future__ import annotations
@@ -111,6 +112,13 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(f"  records: {config.out}/records.jsonl; summary: {config.out}/summary.json")
 
 
+def cmd_sft(args: argparse.Namespace) -> None:
+    from alfrl.cli import build_dataclass
+    from alfrl.sft import SFTConfig, train_sft
+    adapter = train_sft(build_dataclass(SFTConfig, args))
+    print(f"adapter saved to {adapter}; train from it with: python -m alfrl train --init-adapter {adapter}")
+
+
 def main(argv: list[str] | None = None) -> None:
     from alfrl.cli import add_dataclass_args
     from alfrl.generate import GenerateConfig
@@ -156,6 +164,11 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("eval", help="evaluate a model (+ LoRA adapter) on valid_seen / valid_unseen")
     add_dataclass_args(p, EvalConfig)
     p.set_defaults(func=cmd_eval)
+
+    from alfrl.sft import SFTConfig
+    p = sub.add_parser("sft", help="expert warm start: supervised LoRA fine-tuning on expert walkthroughs")
+    add_dataclass_args(p, SFTConfig)
+    p.set_defaults(func=cmd_sft)
 
     args = parser.parse_args(argv)
     from alfrl.checkpoint import RunDirError

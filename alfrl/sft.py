@@ -1,0 +1,152 @@
+"""Expert warm start: supervised fine-tuning of the LoRA adapter on the expert's walkthroughs.
+
+RL can only sharpen what the policy already does sometimes: a 135M model that never makes a
+valid tool call gives every group the same reward, so every group is degenerate and nothing
+is trained. A short supervised phase fixes that. Each train game's walkthrough is played
+through the real rollout (:func:`alfrl.rollout.rollout_group` with an
+:class:`alfrl.scripted.ScriptedSession`), so the expert trajectories have exactly the
+prompts, tool calls and tool results, token for token, that the policy's own rollouts will
+have; the loss is the token-mean negative log-likelihood of the reply tokens (mask 1) only.
+
+``python -m alfrl sft --games 64 --epochs 2 --out runs/sft`` saves ``runs/sft/adapter``,
+which ``python -m alfrl train --init-adapter runs/sft/adapter`` starts from.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from alfrl.checkpoint import append_jsonl, prepare_run_dir
+from alfrl.env import GroupEnv
+from alfrl.games import load_games
+from alfrl.models import BUNDLED, LoraSpec, load_policy, save_adapter
+from alfrl.ppo import micro_batches, sequence_logprobs
+from alfrl.protocol import ChatFormat
+from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
+from alfrl.scripted import ScriptedSession, expert_replies
+
+
+@dataclass
+class SFTConfig:
+    """The warm start's settings; each field is a ``--flag`` of ``python -m alfrl sft``."""
+
+    out: str = "runs/sft"
+    """Run folder: adapter/, metrics.jsonl, config.json."""
+    overwrite: bool = False
+    """Replace an existing run folder instead of refusing."""
+    model: str = BUNDLED
+    """A hub id, a local model directory, or "bundled"."""
+    lora_rank: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    data_dir: str | None = None
+    """Games folder (default: the committed generated games)."""
+    split: str = "train"
+    """Split the expert games come from (never an evaluation split)."""
+    games: int = 64
+    """Expert trajectories to learn from (a seeded sample of the split)."""
+    max_expert_steps: int | None = None
+    """Only games the expert solves in at most this many steps."""
+    epochs: int = 2
+    """Passes over the expert trajectories."""
+    lr: float = 1e-4
+    """Adam learning rate."""
+    batch_size: int = 4
+    """Trajectories per optimizer step."""
+    micro_batch_tokens: int = 4096
+    """Padded tokens per forward/backward pass."""
+    max_steps: int = 50
+    """Turn limit used to render the trajectories (as in rollouts)."""
+    max_trajectory_tokens: int = 12000
+    """Token budget used to render the trajectories (longer ones are cut like rollouts)."""
+    seed: int = 0
+    """Seeds the game sample, the order and the adapter's init."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+
+
+def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool = True) -> list[Trajectory]:
+    """Each game's walkthrough played through the real env and rollout code, as trajectories."""
+    fmt = ChatFormat(policy.tokenizer)
+    rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
+                            max_new_tokens=10_000, workers=0)
+    out = []
+    with GroupEnv(k=1, max_steps=config.max_steps, workers=0) as env:
+        for game in tqdm(games, desc="render expert trajectories", unit="game", disable=not progress):
+            session = ScriptedSession(fmt, {0: expert_replies(game)})
+            (trajectory,) = rollout_group(policy, game, rollout, env=env, fmt=fmt, session=session)
+            out.append(trajectory)
+    return out
+
+
+def nll_loss(model, trajectories: list[Trajectory], micro_batch_tokens: int = 4096,
+             backward: bool = True) -> tuple[float, int]:
+    """Token-mean negative log-likelihood of the reply tokens (mask 1), gradients accumulated
+    when ``backward``; returns (loss, tokens)."""
+    total = sum(sum(t.mask) for t in trajectories)
+    loss_sum = 0.0
+    for batch in micro_batches(trajectories, micro_batch_tokens):
+        with torch.set_grad_enabled(backward):
+            logp = sequence_logprobs(model, [t.tokens for t in batch])
+        mask = torch.zeros_like(logp)
+        for i, t in enumerate(batch):
+            mask[i, :len(t.mask)] = torch.tensor(t.mask, dtype=logp.dtype)
+        loss = -(logp * mask).sum()
+        if backward:
+            (loss / total).backward()
+        loss_sum += float(loss.detach())
+    return loss_sum / total, total
+
+
+def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
+    """Render the expert trajectories, fine-tune the adapter on them, save it; returns the adapter dir."""
+    config = config or SFTConfig()
+    out = prepare_run_dir(config.out, config.overwrite)
+    (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    games = load_games(config.split, config.data_dir, seed=config.seed)
+    if config.max_expert_steps:
+        games = [g for g in games if len(g.walkthrough) <= config.max_expert_steps]
+    games = games[:config.games]
+    if not games:
+        raise ValueError(f"no {config.split} games to learn from; check --split / --max-expert-steps")
+    torch.manual_seed(config.seed)
+    policy = load_policy(config.model, lora=LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha))
+    trajectories = expert_trajectories(policy, games, config, progress)
+    won = sum(t.won for t in trajectories)
+    if won < len(trajectories):
+        print(f"note: {len(trajectories) - won} expert trajectories were cut by the step or token limit")
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=config.lr)
+    order = random.Random(config.seed)
+    steps_per_epoch = -(-len(trajectories) // config.batch_size)
+    bar = tqdm(total=config.epochs * steps_per_epoch, desc="sft", unit="step", disable=not progress)
+    policy.model.train()
+    step = 0
+    for epoch in range(config.epochs):
+        shuffled = list(trajectories)
+        order.shuffle(shuffled)
+        for start in range(0, len(shuffled), config.batch_size):
+            tick = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
+                                    config.micro_batch_tokens)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+            optimizer.step()
+            step += 1
+            append_jsonl(out / "metrics.jsonl", [{"step": step, "epoch": epoch, "loss": loss, "tokens": tokens,
+                                                  "grad_norm": grad_norm,
+                                                  "seconds": time.perf_counter() - tick}])
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3f}")
+    bar.close()
+    return save_adapter(policy, out / "adapter")

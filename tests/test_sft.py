@@ -1,0 +1,80 @@
+"""alfrl.sft: expert trajectories are token-identical to what the chat template renders for the same
+conversation, their masks cover exactly the replies, and a fine-tuning step lowers the loss."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from alfrl.env import GroupEnv
+from alfrl.models import LoraSpec, load_policy
+from alfrl.protocol import COMPLETED, EXECUTED, ChatFormat, tool_result_message
+from alfrl.scripted import expert_replies
+from alfrl.sft import SFTConfig, expert_trajectories, nll_loss
+
+SPLIT = "train"
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    return load_policy(lora=LoraSpec(rank=4, alpha=8))
+
+
+@pytest.fixture(scope="module")
+def games(tiny_games):
+    return sorted(tiny_games.games(SPLIT), key=lambda g: len(g.walkthrough))[:2]
+
+
+@pytest.fixture(scope="module")
+def trajectories(policy, games):
+    return expert_trajectories(policy, games, SFTConfig(), progress=False)
+
+
+def conversation(fmt: ChatFormat, game) -> list[dict]:
+    """The expert's game as chat messages, built independently of the rollout code."""
+    with GroupEnv(k=1, workers=0) as env:
+        start = env.reset(game)
+        messages = fmt.messages(start.task, start.observation, start.admissible_commands)
+        for reply, action in zip(expert_replies(game), game.walkthrough):
+            result = env.step({0: action})[0]
+            messages.append({"role": "assistant", "content": reply})
+            if result.won:
+                break
+            messages.append({"role": fmt.tool_role, "content": tool_result_message(
+                COMPLETED if result.won else EXECUTED, result.observation, result.admissible_commands)})
+    return messages
+
+
+def test_expert_trajectories_are_what_the_template_renders(policy, games, trajectories):
+    fmt = ChatFormat(policy.tokenizer)
+    for game, t in zip(games, trajectories):
+        assert t.won and t.invalid == 0 and t.steps == len(game.walkthrough)
+        rendered = fmt.encode(fmt.render(conversation(fmt, game), False))
+        assert t.tokens == rendered[:len(t.tokens)]
+        assert policy.tokenizer.decode(rendered[len(t.tokens):]).strip() == ""  # only the closing newline
+        # mask 1 exactly on each reply and its end-of-turn token
+        runs, start = [], None
+        for i, m in enumerate(t.mask + [0]):
+            if m and start is None:
+                start = i
+            elif not m and start is not None:
+                runs.append(t.tokens[start:i])
+                start = None
+        assert [policy.tokenizer.decode(r, skip_special_tokens=True) for r in runs] == expert_replies(game)
+        assert all(r[-1] == policy.tokenizer.eos_token_id for r in runs)
+
+
+def test_a_fine_tuning_step_lowers_the_loss(policy, games):
+    p = copy.deepcopy(policy)
+    trajectories = expert_trajectories(p, games[:1], SFTConfig(max_steps=2), progress=False)  # short: 2 turns
+    assert trajectories[0].end_reason == "max_steps"
+    optimizer = torch.optim.Adam([q for q in p.model.parameters() if q.requires_grad], lr=1e-3)
+    before, tokens = nll_loss(p.model, trajectories)
+    optimizer.step()
+    optimizer.zero_grad()
+    after, _ = nll_loss(p.model, trajectories, backward=False)
+    assert tokens == sum(sum(t.mask) for t in trajectories)
+    assert after < before
