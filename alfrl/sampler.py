@@ -88,7 +88,9 @@ class GroupSession:
 
     def drop(self, branches: list[int]) -> None:
         """Forget finished branches (their cache rows are freed)."""
-        gone = set(branches)
+        gone = set(branches) & set(self.branches)
+        if not gone:
+            return  # nothing to free (and no cache copy)
         keep = [i for i, b in enumerate(self.branches) if b not in gone]
         if self.batched:
             if self.caches[0].rows:

@@ -22,6 +22,12 @@ NOTEBOOKS = [
                                "interactive": False, "timing_steps": 5}),
     ("02_tool_protocol.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_seen", "game_index": 0,
                                 "turns": 3, "max_new_tokens": 24}),
+    ("03_group_rollouts.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_unseen", "game_index": None,
+                                 "k": 2, "max_steps": 2, "max_new_tokens": 8, "workers": 2,
+                                 "compare_one_by_one": False}),
+    ("04_advantages_masks.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_unseen",
+                                   "game_index": 0, "k": 2, "max_steps": 1, "max_new_tokens": 8, "seed": 0,
+                                   "workers": 2}),
 ]
 
 
@@ -174,3 +180,53 @@ def test_nb02_parse_tool_call_matches_parse_reply(parse_tool_call, reply):
     parsed = parse_reply(reply)
     assert action == parsed.action
     assert (action is not None) == parsed.valid == (not reason)
+
+
+# --- 03_group_rollouts: the notebook's play_group_inline plays what alfrl.rollout.rollout_group plays ---
+
+def test_nb03_play_group_inline_matches_rollout_group():
+    """Scripted replies (a winner, a winner after a bad format and an inadmissible action, a loser that
+    alternates valid and broken calls) through both loops: same replies, outcomes and tokens."""
+    from alfrl.games import load_games
+    from alfrl.models import load_policy
+    from alfrl.protocol import ChatFormat
+    from alfrl.rollout import RolloutConfig, rollout_group
+    from alfrl.scripted import ScriptedSession, expert_replies, tool_call
+
+    play_group_inline = notebook_definitions("03_group_rollouts.ipynb", "play_group_inline")["play_group_inline"]
+    policy = load_policy()
+    game = min(load_games("valid_unseen")[:20], key=lambda g: len(g.walkthrough))
+    fmt, walk = ChatFormat(policy.tokenizer), list(game.walkthrough)
+    scripts = {0: expert_replies(game),
+               1: ["I will look around.", tool_call("fly to the moon"), tool_call("Look  ")] + expert_replies(game)[1:],
+               2: [tool_call("look"), "<tool_call>{bad json</tool_call>"] * len(walk)}
+    max_steps = len(walk) + 2
+    mine = play_group_inline(policy, game, k=3, max_steps=max_steps, workers=0, session=ScriptedSession(fmt, scripts))
+    theirs = rollout_group(policy, game, RolloutConfig(k=3, max_steps=max_steps, workers=0),
+                           session=ScriptedSession(fmt, scripts))
+    for m, t in zip(mine, theirs, strict=True):
+        assert m["replies"] == [turn.reply for turn in t.turns]
+        assert (m["won"], m["steps"], m["invalid"], m["end"]) == (t.won, t.steps, t.invalid, t.end_reason)
+        assert m["tokens"] == t.tokens
+    assert [(m["won"], m["steps"], m["invalid"]) for m in mine] == [
+        (True, len(walk), 0), (True, len(walk) + 2, 2), (False, max_steps, max_steps // 2)]
+
+
+# --- 04_advantages_masks: the notebook's reward and advantages are alfrl.advantage's ------------
+
+REWARD_LISTS = [[1.0, 0.8, -0.3, 0.0], [0.0, 0.0, 1.0], [-0.4, -0.4, -0.4, -0.3], [1.0, 0.9, 0.0, -0.5, -5.0],
+                [0.5], [-0.2] * 8]
+
+
+def test_nb04_rewards_and_advantages_match_alfrl_advantage():
+    from types import SimpleNamespace
+
+    from alfrl.advantage import episode_reward, group_advantages
+
+    ns = notebook_definitions("04_advantages_masks.ipynb", "advantages")
+    for won, invalid in [(True, 2), (False, 3), (True, 0), (False, 0), (False, 50)]:
+        assert ns["reward"](won, invalid) == pytest.approx(episode_reward(SimpleNamespace(won=won, invalid=invalid)))
+    for rewards in REWARD_LISTS:
+        for normalize in (False, True):
+            assert ns["advantages"](rewards, normalize) == pytest.approx(group_advantages(rewards, normalize),
+                                                                          abs=1e-9)
