@@ -6,6 +6,20 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.expert`   ALFWorld's handcoded expert, with the 0.4 "move" fix
 - :mod:`alfrl.generate` the offline game generator (ALFRED-style PDDL problems)
 - :mod:`alfrl.pack`     compact game packs in git, expanded on first use
+- :mod:`alfrl.engine`   ALFWorld's text engine without the repeated work
+- :mod:`alfrl.env`      GroupEnv: K copies of one game stepped together
+- :mod:`alfrl.models`   the policy (hub id, local dir, bundled small model) and LoRA
+- :mod:`alfrl.protocol` the alfworld_step tool, prompts, parsing, token-exact prompt growth
+- :mod:`alfrl.kvcache`  a batched KV cache for a group's branches
+- :mod:`alfrl.sampler`  KV-cached, batched, seeded sampling with logprobs
+- :mod:`alfrl.rollout`  group rollouts: tokens, sampled-token masks, logprobs
+- :mod:`alfrl.scripted` scripted replies (the expert) through the real rollout
+- :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics
+- :mod:`alfrl.viewer`   a trajectory's tokens by role or advantage
+- :mod:`alfrl.ppo`      the clipped PPO update on the LoRA adapter
+- :mod:`alfrl.train`    the training loop, checkpoints and resume (with checkpoint, plots)
+- :mod:`alfrl.evaluate` success per split and task type
+- :mod:`alfrl.sft`      the expert warm start
 """
 
 __version__ = "0.1.0"

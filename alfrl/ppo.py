@@ -50,6 +50,9 @@ class PPOConfig:
     """Padded tokens per forward/backward pass; longer trajectories go alone."""
     logit_chunk: int = 1024
     """Positions whose logits are materialised at once (a 12K x 150K-vocab logit matrix would not fit)."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward pass instead of storing them: far less memory
+    for long trajectories, about a third more compute."""
     epochs: int = 1
     """Passes over each batch."""
     minibatches: int = 1
@@ -168,6 +171,8 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
     ratio_max = 0.0
     was_training = model.training
     model.train()
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     try:
         for batch in micro_batches(trajectories, config.micro_batch_tokens):
             length = max(len(t.tokens) for t in batch)
@@ -199,6 +204,8 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
         optimizer.step()
     finally:
         model.train(was_training)
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_disable()
     return {"loss": sums["loss"] / total, "clip_fraction": sums["clipped"] / total, "approx_kl": sums["kl"] / total,
             "ratio_mean": sums["ratio"] / total, "ratio_max": ratio_max, "grad_norm": float(grad_norm),
             "kl_penalty": sums["penalty"] / total, "tokens_trained": int(total),

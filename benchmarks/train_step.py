@@ -31,11 +31,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = preset(args.preset)
+    config = preset(args.preset, gradient_checkpointing=args.gradient_checkpointing)
     print(f"preset {args.preset}: {config.games_per_update} games x {config.k}, {config.max_steps} steps, "
-          f"{config.max_new_tokens} new tokens per reply, LoRA rank {config.lora_rank}; {args.threads} threads")
+          f"{config.max_new_tokens} new tokens per reply, LoRA rank {config.lora_rank}; {args.threads} threads; "
+          f"gradient checkpointing {'on' if config.gradient_checkpointing else 'off'}")
     torch.manual_seed(0)
     policy = load_policy(config.model, lora=LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha))
     print(f"loaded: peak RSS {peak_rss_mb():.0f} MB")
@@ -57,6 +59,8 @@ def main() -> None:
     optimizer = make_optimizer(policy, ppo)
     model = policy.model
     model.train()
+    if ppo.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     forward_s = backward_s = 0.0
     optimizer.zero_grad()
     for micro in micro_batches(batch, ppo.micro_batch_tokens):

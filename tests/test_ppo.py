@@ -120,13 +120,15 @@ def test_first_step_ratio_is_one_loss_is_the_token_mean_and_only_lora_learns(pol
     assert not any(p.requires_grad for name, p in policy.model.named_parameters() if "lora_" not in name)
 
 
-def test_micro_batches_accumulate_to_the_full_batch_gradient(policy, group):
+def test_micro_batches_and_checkpointing_give_the_full_batch_gradient(policy, group):
     grads = []
-    for micro in (1, 100_000):
+    for micro, checkpointing in ((1, False), (100_000, False), (100_000, True)):
         p = copy.deepcopy(policy)
-        ppo_step(p, make_optimizer(p, PPOConfig(lr=0.0)), group, PPOConfig(lr=0.0, micro_batch_tokens=micro))
+        config = PPOConfig(lr=0.0, micro_batch_tokens=micro, gradient_checkpointing=checkpointing)
+        ppo_step(p, make_optimizer(p, config), group, config)
         grads.append(torch.cat([q.grad.flatten() for q in p.model.parameters() if q.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+    assert torch.allclose(grads[1], grads[2], atol=1e-6, rtol=1e-4)
 
 
 def test_one_update_moves_logprobs_with_the_advantage(policy, group):
