@@ -31,10 +31,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                        help="override the preset's setting")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = preset(args.preset, gradient_checkpointing=args.gradient_checkpointing)
+    overrides = {} if args.gradient_checkpointing is None else {"gradient_checkpointing": args.gradient_checkpointing}
+    config = preset(args.preset, **overrides)
     print(f"preset {args.preset}: {config.games_per_update} games x {config.k}, {config.max_steps} steps, "
           f"{config.max_new_tokens} new tokens per reply, LoRA rank {config.lora_rank}; {args.threads} threads; "
           f"gradient checkpointing {'on' if config.gradient_checkpointing else 'off'}")
