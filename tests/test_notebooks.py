@@ -14,6 +14,8 @@ import nbformat
 import pytest
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+TMP_RUN_DIR = "<tmp_path>/run"
+"""A smoke parameter that test_notebook_runs replaces by a folder under the test's tmp_path."""
 
 NOTEBOOKS = [
     # (file, smoke parameters for papermill); data_dir None = the committed games (data/packs)
@@ -28,6 +30,9 @@ NOTEBOOKS = [
     ("04_advantages_masks.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_unseen",
                                    "game_index": 0, "k": 2, "max_steps": 1, "max_new_tokens": 8, "seed": 0,
                                    "workers": 2}),
+    ("05_ppo_loop.ipynb", {"preset": "cpu", "run_dir": TMP_RUN_DIR, "split": "valid_seen", "updates": 1,
+                           "games_per_update": 1, "k": 2, "max_steps": 1, "max_new_tokens": 8, "workers": 0,
+                           "extra_updates": 0, "live_plots": False}),
 ]
 
 
@@ -72,6 +77,7 @@ def test_notebook_runs(name, parameters, tmp_path):
     import papermill
 
     out = tmp_path / name
+    parameters = {key: str(tmp_path / "run") if value == TMP_RUN_DIR else value for key, value in parameters.items()}
     papermill.execute_notebook(str(NOTEBOOK_DIR / name), str(out), parameters=parameters,
                                kernel_name="python3", cwd=str(NOTEBOOK_DIR), progress_bar=False)
     errors = [o for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
@@ -230,3 +236,30 @@ def test_nb04_rewards_and_advantages_match_alfrl_advantage():
         for normalize in (False, True):
             assert ns["advantages"](rewards, normalize) == pytest.approx(group_advantages(rewards, normalize),
                                                                           abs=1e-9)
+
+
+# --- 05_ppo_loop: the notebook's clipped loss is alfrl.ppo's, masked and averaged over tokens ---------
+
+@pytest.mark.parametrize("low,high", [(0.8, 1.2), (0.9, 1.1), (0.5, 2.0)])
+def test_nb05_clipped_loss_matches_ppo_token_loss(low, high):
+    import torch
+
+    from alfrl.ppo import ppo_token_loss
+
+    ns = notebook_definitions("05_ppo_loop.ipynb", "clipped_loss")
+    gen = torch.Generator().manual_seed(0)
+    old = -3 * torch.rand(4, 30, generator=gen)
+    new = (old + 0.4 * torch.randn(4, 30, generator=gen)).requires_grad_(True)  # ratios on both sides of the clip
+    adv = torch.randn(4, 1, generator=gen).expand(4, 30)  # one advantage per trajectory
+    mask = (torch.rand(4, 30, generator=gen) < 0.6).float()
+    mine_tokens, mine_ratio = ns["token_loss"](new, old, adv, low, high)
+    theirs_tokens, theirs_ratio = ppo_token_loss(new, old, adv, low, high)
+    assert torch.allclose(mine_tokens, theirs_tokens) and torch.allclose(mine_ratio, theirs_ratio)
+    mine = ns["clipped_loss"](new, old, adv, mask, low, high)
+    theirs = (theirs_tokens * mask).sum() / mask.sum()  # what alfrl.ppo.ppo_step minimises
+    assert torch.isclose(mine, theirs)
+    (grad_mine,) = torch.autograd.grad(mine, new)
+    (grad_theirs,) = torch.autograd.grad(theirs, new)
+    assert torch.allclose(grad_mine, grad_theirs) and torch.all(grad_mine[mask == 0] == 0)
+    clipped = ((mine_ratio > high) & (adv > 0)) | ((mine_ratio < low) & (adv < 0))
+    assert clipped.any() and torch.all(grad_mine[clipped] == 0)
