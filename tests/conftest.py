@@ -58,6 +58,17 @@ def tiny_games(tmp_path_factory) -> TinyGames:
 
 
 @pytest.fixture(scope="session")
+def policy():
+    """The bundled small model with a fresh rank-4 LoRA adapter (seeded). LoRA starts as the identity,
+    so it samples exactly like the base model. Shared by the session: tests that train deep-copy it."""
+    import torch
+
+    from alfrl.models import LoraSpec, load_policy
+    torch.manual_seed(0)
+    return load_policy(lora=LoraSpec(rank=4, alpha=8))
+
+
+@pytest.fixture(scope="session")
 def engine():
     """One ALFWorld text engine (PddlEnv + AlfredDemangler + AlfredInfos) reused for replays."""
     return make_engine()

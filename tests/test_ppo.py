@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from alfrl.models import LoraSpec, load_policy
+from alfrl.models import load_policy
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_step, ppo_token_loss, ppo_update, sequence_logprobs
 from alfrl.protocol import ChatFormat, build_next_prompt
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
@@ -35,12 +35,6 @@ def test_config_errors():
         PPOConfig(temperature=0)
     with pytest.raises(ValueError, match="LoRA"):
         make_optimizer(load_policy(), PPOConfig())
-
-
-@pytest.fixture(scope="module")
-def policy():
-    torch.manual_seed(0)
-    return load_policy(lora=LoraSpec(rank=4, alpha=8))
 
 
 def short_trajectory(policy, seed: int, advantage: float) -> Trajectory:

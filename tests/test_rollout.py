@@ -9,19 +9,13 @@ import pytest
 import torch
 
 from alfrl.env import NOTHING_HAPPENS
-from alfrl.models import load_policy
 from alfrl.protocol import COMPLETED, EXECUTED, ChatFormat
-from alfrl.rollout import (RolloutConfig, Trajectory, load_trajectories, rollout_batch, rollout_group,
+from alfrl.rollout import (RolloutConfig, load_trajectories, rollout_batch, rollout_group,
                            save_trajectories)
 from alfrl.scripted import ScriptedSession, expert_replies, tool_call as call
 
 SPLIT = "valid_seen"
 PICK = "pick_and_place_simple"
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return load_policy()
 
 
 @pytest.fixture(scope="module")

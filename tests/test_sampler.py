@@ -8,17 +8,10 @@ import math
 import pytest
 import torch
 
-from alfrl.models import LoraSpec, load_policy
 from alfrl.protocol import ChatFormat, build_next_prompt, tool_result_message
 from alfrl.sampler import SampleConfig, new_group_session, new_session, token_distribution
 
 TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
-
-
-@pytest.fixture(scope="module")
-def policy():
-    torch.manual_seed(0)
-    return load_policy(lora=LoraSpec(rank=4, alpha=8))
 
 
 @pytest.fixture(scope="module")

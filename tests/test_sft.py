@@ -9,18 +9,11 @@ import pytest
 import torch
 
 from alfrl.env import GroupEnv
-from alfrl.models import LoraSpec, load_policy
 from alfrl.protocol import COMPLETED, EXECUTED, ChatFormat, tool_result_message
 from alfrl.scripted import expert_replies
 from alfrl.sft import SFTConfig, expert_trajectories, nll_loss
 
 SPLIT = "train"
-
-
-@pytest.fixture(scope="module")
-def policy():
-    torch.manual_seed(0)
-    return load_policy(lora=LoraSpec(rank=4, alpha=8))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from copy import deepcopy
 import pytest
 
 from alfrl.env import GroupEnv
-from alfrl.models import load_policy
 from alfrl.protocol import EXECUTED, ChatFormat, tool_result_message
 from alfrl.rollout import RolloutConfig, rollout_group
 from alfrl.scripted import ScriptedSession, expert_replies, tool_call as call
@@ -23,11 +22,6 @@ QWEN_LIKE = (
     "<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
     "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return load_policy()
 
 
 @pytest.fixture(scope="module")
