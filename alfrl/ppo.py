@@ -105,7 +105,7 @@ def sequence_logprobs(model, sequences: list[list[int]], temperature: float = 1.
         mask[i, :len(s)] = 1
     device = next(model.parameters()).device
     ids, mask = ids.to(device), mask.to(device)
-    hidden = decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
     out = torch.zeros(len(sequences), length, device=device)
     pieces = []
     for start in range(0, length - 1, logit_chunk):
