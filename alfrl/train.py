@@ -178,7 +178,7 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
             raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json); start a run with "
                                     "python -m alfrl train --run-dir ...")
         config = TrainConfig(**json.loads((run_dir / "config.json").read_text()))
-        config = replace(config, run_dir=str(run_dir), updates=updates or config.updates)
+        config = replace(config, run_dir=str(run_dir), updates=max(updates or 0, config.updates))  # only raises
         (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
     else:
         config = replace(config or TrainConfig(), updates=updates or (config or TrainConfig()).updates)
