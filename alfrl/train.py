@@ -188,18 +188,18 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
         torch.set_num_threads(config.threads)
     games = training_games(config)
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
-    policy = _load(config, str(checkpoint / "adapter") if checkpoint else None)
-    ppo = config.ppo()
-    optimizer = make_optimizer(policy, ppo)
-    done = 0
-    if checkpoint:
-        done = load_state(checkpoint, optimizer)["step"]
+    done = json.loads((checkpoint / "state.json").read_text())["step"] if checkpoint else 0
     truncate_jsonl(run_dir / "metrics.jsonl", done)
     truncate_jsonl(run_dir / "trajectories.jsonl", done)
     history = read_jsonl(run_dir / "metrics.jsonl")
-    if done >= config.updates:
+    if done >= config.updates:  # nothing to do: no model to load
         print(f"{run_dir}: all {config.updates} updates already done")
         return history
+    policy = _load(config, str(checkpoint / "adapter") if checkpoint else None)
+    ppo = config.ppo()
+    optimizer = make_optimizer(policy, ppo)
+    if checkpoint:
+        load_state(checkpoint, optimizer)
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
     try:
@@ -238,7 +238,7 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
         "loss": None, "clip_fraction": None, "approx_kl": None, "ratio_mean": None, "ratio_max": None,
         "grad_norm": None, "kl_penalty": None, "tokens_trained": 0, "trajectories_trained": 0}
     append_jsonl(run_dir / "trajectories.jsonl",
-                 [{"step": step, **json.loads(t.to_json())} for g in groups for t in g])
+                 [{"step": step, **asdict(t)} for g in groups for t in g])
     return {"step": step, **stats, **ppo_metrics, "optimizer_steps": len(updates),
             "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
             "games": [g.game_id for g in batch]}
