@@ -65,10 +65,14 @@ class _Copies:
         from alfrl.engine import make_fast_engine
         self.engines = {i: make_fast_engine() for i in ids}
 
-    def reset(self, path: str) -> dict[int, tuple[str, list[str]]]:
+    def reset(self, path: str | dict[int, str]) -> dict[int, tuple[str, list[str]]]:
+        """Load one game into every copy, or ``{copy: game}`` into the copies named."""
+        paths = path if isinstance(path, dict) else {i: path for i in self.engines}
         out = {}
         for i, engine in self.engines.items():
-            engine.load(path)
+            if i not in paths:
+                continue
+            engine.load(paths[i])
             state = engine.reset()
             out[i] = (state["feedback"], list(state["admissible_commands"]))
         return out
@@ -110,6 +114,19 @@ def _serve(conn, ids: list[int]) -> None:
         conn.close()
 
 
+def _game_path(game) -> Path:
+    path = Path(getattr(game, "path", game))
+    if not path.is_file():
+        raise FileNotFoundError(f"game file {path} not found")
+    return path
+
+
+def _start(observation: str, admissible: list[str]) -> GroupReset:
+    match = TASK_RE.search(observation)
+    return GroupReset(observation=observation, task=match.group(1).rstrip(".") if match else "",
+                      admissible_commands=list(admissible))
+
+
 class GroupEnv:
     """K copies of one game in ALFWorld's engine. Use as a context manager, or call ``close``.
 
@@ -127,7 +144,8 @@ class GroupEnv:
         self._closed = False
         self._broken = ""
         """Why the workers can no longer be trusted (one died, or an exchange was cut short)."""
-        self.game: Path | None = None
+        self.game: Path | tuple[Path, ...] | None = None
+        """The game every copy plays, or each copy's game after ``reset_each``."""
         self.admissible: dict[int, list[str]] = {}
         self.steps: dict[int, int] = {}
         self.won: dict[int, bool] = {}
@@ -201,9 +219,7 @@ class GroupEnv:
     def reset(self, game) -> GroupReset:
         """Load ``game`` (a GameSpec or a game file) into every copy; check they start identical."""
         self._check_open()
-        path = Path(getattr(game, "path", game))
-        if not path.is_file():
-            raise FileNotFoundError(f"game file {path} not found")
+        path = _game_path(game)
         self.game = None  # until every copy has started
         starts = self._call("reset", str(path))
         observations = {obs for obs, _ in starts.values()}
@@ -212,13 +228,31 @@ class GroupEnv:
             raise RuntimeError(f"the {self.k} copies of {path} did not start identical: "
                                f"{len(observations)} observations, {len(lists)} admissible lists")
         self.game = path
-        observation, admissible = starts[0]
-        self.admissible = {i: list(admissible) for i in range(self.k)}
+        self._started(starts)
+        return _start(*starts[0])
+
+    def reset_each(self, games: list) -> list[GroupReset]:
+        """Load ``games[i]`` into copy i (one game per copy, e.g. to evaluate K games at once)."""
+        self._check_open()
+        if len(games) != self.k:
+            raise ValueError(f"reset_each needs one game per copy: {self.k} copies, {len(games)} games")
+        paths = {i: str(_game_path(g)) for i, g in enumerate(games)}
+        self.game = None
+        if self._local is not None:
+            starts = self._call("reset", {0: paths})
+        else:
+            by_worker: dict[int, dict[int, str]] = {}
+            for i, path in paths.items():
+                by_worker.setdefault(self._owner[i], {})[i] = path
+            starts = self._call("reset", by_worker)
+        self.game = tuple(Path(p) for p in paths.values())
+        self._started(starts)
+        return [_start(*starts[i]) for i in range(self.k)]
+
+    def _started(self, starts: dict[int, tuple[str, list[str]]]) -> None:
+        self.admissible = {i: list(starts[i][1]) for i in range(self.k)}
         self.steps = {i: 0 for i in range(self.k)}
         self.won = {i: False for i in range(self.k)}
-        match = TASK_RE.search(observation)
-        return GroupReset(observation=observation, task=match.group(1).rstrip(".") if match else "",
-                          admissible_commands=list(admissible))
 
     def live(self) -> list[int]:
         """Copies that are neither won nor out of steps."""

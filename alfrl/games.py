@@ -52,6 +52,10 @@ class GameSpec:
     object_target: str
     parent_target: str
     toggle_target: str
+    receptacles: int = 0
+    """How many receptacles the room has (about one "go to" action each): ~5-20 in bathrooms and bedrooms,
+    up to 60 in big kitchens. Every tool result lists an action per receptacle, so small rooms
+    mean short prompts."""
 
     @property
     def game_id(self) -> str:
@@ -99,7 +103,8 @@ def read_game(path: Path, split: str = "") -> GameSpec | None:
                     scene=int(traj.get("scene", {}).get("scene_num", -1)),
                     object_target=params.get("object_target") or "",
                     parent_target=params.get("parent_target") or "",
-                    toggle_target=params.get("toggle_target") or "")
+                    toggle_target=params.get("toggle_target") or "",
+                    receptacles=game["pddl_problem"].count("(receptacleType "))
 
 
 def find_game_files(split_dir: Path) -> list[Path]:
@@ -141,10 +146,13 @@ def available_splits(data_dir: str | Path | None = None) -> list[str]:
 
 
 def load_games(split: str, data_dir: str | Path | None = None, task_types: tuple[str, ...] | None = None,
-               limit: int | None = None, seed: int | None = None) -> list[GameSpec]:
+               limit: int | None = None, seed: int | None = None, max_expert_steps: int | None = None,
+               max_receptacles: int | None = None) -> list[GameSpec]:
     """The playable games of ``split``: sorted by game id, or shuffled by ``seed``.
 
-    ``task_types`` keeps only those types; ``limit`` takes the first games after ordering.
+    ``task_types`` keeps only those types; ``max_expert_steps`` only games the expert solves in at
+    most that many steps; ``max_receptacles`` only rooms that small; ``limit`` takes the first
+    games after filtering and ordering.
     """
     root = resolve_data_dir(data_dir)
     split_dir = root / split
@@ -158,6 +166,12 @@ def load_games(split: str, data_dir: str | Path | None = None, task_types: tuple
              and (task_types is None or g.task_type in task_types)]
     if not games:
         raise GameDataError(f"{split_dir} holds no playable games.\n{HOW_TO_GET_GAMES}")
+    small = [g for g in games if (not max_expert_steps or len(g.walkthrough) <= max_expert_steps)
+             and (not max_receptacles or g.receptacles <= max_receptacles)]
+    if not small:
+        raise ValueError(f"none of the {len(games)} {split} games has at most {max_expert_steps} expert steps "
+                         f"and {max_receptacles} receptacles; raise --max-expert-steps / --max-receptacles")
+    games = small
     games.sort(key=lambda g: g.game_id)
     if seed is not None:
         games = shuffled(games, seed)

@@ -191,10 +191,17 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     return Policy(model=net, tokenizer=tokenizer, name=model)
 
 
-def save_adapter(policy: Policy, directory: str | Path) -> Path:
-    """Save the policy's LoRA adapter (a few MB) to ``directory``."""
+def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None) -> Path:
+    """Save the policy's LoRA adapter (a few MB) to ``directory``; ``dtype`` ("float16",
+    "bfloat16") stores the weights at half size (they are cast back to the model's dtype on load)."""
     if not hasattr(policy.model, "peft_config"):
         raise ValueError("this policy has no LoRA adapter to save; load it with lora=LoraSpec()")
     directory = Path(directory)
     policy.model.save_pretrained(directory)
+    if dtype:
+        import torch
+        from safetensors.torch import load_file, save_file
+        path = directory / "adapter_model.safetensors"
+        save_file({k: v.to(getattr(torch, dtype)) for k, v in load_file(path).items()}, path,
+                  metadata={"format": "pt"})
     return directory

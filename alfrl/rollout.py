@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -164,6 +164,7 @@ class _Branch:
     env_seconds: float = 0.0
     end_reason: str = ""
     won: bool = False
+    prompt_tokens: int = 0
 
 
 def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupEnv | None = None,
@@ -182,28 +183,56 @@ def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupE
         raise ValueError(f"the env has k={env.k}, max_steps={env.max_steps}; the config wants "
                          f"k={config.k}, max_steps={config.max_steps}")
     try:
-        return _play(policy, game, config, env, fmt, session)
+        return _play(policy, [game] * config.k, config, env, fmt, session)
     finally:
         if own_env:
             env.close()
 
 
-def _play(policy, game, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat, session) -> list[Trajectory]:
+def rollout_games(policy, games: list, config: RolloutConfig | None = None, env: GroupEnv | None = None,
+                  fmt: ChatFormat | None = None) -> list[Trajectory]:
+    """One trajectory of each game, all decoded in one batch (evaluation plays games this way).
+
+    ``config.k`` is ignored: the env (if given) needs ``len(games)`` copies. Branch seeds are those
+    :func:`rollout_group` gives branch 0 of each game, so the result equals playing the games one
+    at a time with ``k=1``, up to float rounding in the batched forward pass.
+    """
+    config = replace(config or RolloutConfig(), k=len(games))
+    fmt = fmt or ChatFormat(policy.tokenizer)
+    own_env = env is None
+    env = env or GroupEnv(k=config.k, max_steps=config.max_steps, workers=config.workers)
+    if env.k != len(games) or env.max_steps != config.max_steps:
+        raise ValueError(f"the env has k={env.k}, max_steps={env.max_steps}; {len(games)} games with "
+                         f"max_steps={config.max_steps} need as many copies")
+    try:
+        return _play(policy, list(games), config, env, fmt, None)
+    finally:
+        if own_env:
+            env.close()
+
+
+def _play(policy, games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat, session) -> list[Trajectory]:
+    """Branch b plays ``games[b]``: one game K times (a group) or K different games (evaluation)."""
     tokenizer = policy.tokenizer
-    seeds = [branch_seed(config.seed, game.game_id, b) for b in range(config.k)]
+    k = len(games)
+    index = [sum(g.game_id == games[b].game_id for g in games[:b]) for b in range(k)]  # branch within its game
+    seeds = [branch_seed(config.seed, games[b].game_id, index[b]) for b in range(k)]
     begin = time.perf_counter()
-    start = env.reset(game)
+    one_game = all(g.game_id == games[0].game_id for g in games)
+    starts = [env.reset(games[0])] * k if one_game else env.reset_each(games)
     reset_seconds = time.perf_counter() - begin
-    prompt = fmt.initial_prompt(start.task, start.observation, start.admissible_commands)
-    if len(prompt) >= config.max_trajectory_tokens:
-        raise ValueError(f"the first prompt of {game.game_id} has {len(prompt)} tokens, no fewer than "
-                         f"max_trajectory_tokens={config.max_trajectory_tokens}; raise the budget")
-    history = fmt.messages(start.task, start.observation, start.admissible_commands)
-    branches = {b: _Branch(prompt=list(prompt), history=list(history), mask=[0] * len(prompt),
-                           logprobs=[0.0] * len(prompt), env_seconds=reset_seconds / config.k)
-                for b in range(config.k)}
+    branches = {}
+    for b, start in enumerate(starts):
+        prompt = fmt.initial_prompt(start.task, start.observation, start.admissible_commands)
+        if len(prompt) >= config.max_trajectory_tokens:
+            raise ValueError(f"the first prompt of {games[b].game_id} has {len(prompt)} tokens, no fewer than "
+                             f"max_trajectory_tokens={config.max_trajectory_tokens}; raise the budget")
+        branches[b] = _Branch(prompt=list(prompt), history=fmt.messages(start.task, start.observation,
+                                                                       start.admissible_commands),
+                              mask=[0] * len(prompt), logprobs=[0.0] * len(prompt), env_seconds=reset_seconds / k,
+                              prompt_tokens=len(prompt))
     session = session or new_group_session(policy, seeds, batched=config.batched)
-    live = list(range(config.k))
+    live = list(range(k))
     while live:
         budget = {b: config.max_trajectory_tokens - len(branches[b].prompt) for b in live}
         # One sampling call for every live branch; the tightest token budget bounds the batch, and a
@@ -265,13 +294,13 @@ def _play(policy, game, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat, s
         session.drop(done)
         live = [b for b in live if not branches[b].end_reason]
     out = []
-    for b in range(config.k):
+    for b in range(k):
         br = branches[b]
         assert len(br.prompt) == len(br.mask) == len(br.logprobs) <= config.max_trajectory_tokens
-        out.append(Trajectory(game_id=game.game_id, task_type=game.task_type, branch=b, seed=seeds[b],
-                              tokens=br.prompt, mask=br.mask, logprobs=br.logprobs,
+        out.append(Trajectory(game_id=games[b].game_id, task_type=games[b].task_type, branch=index[b],
+                              seed=seeds[b], tokens=br.prompt, mask=br.mask, logprobs=br.logprobs,
                               turns=br.turns, won=br.won, steps=len(br.turns), invalid=br.invalid,
-                              end_reason=br.end_reason, prompt_tokens=len(prompt), prefilled=br.prefilled,
+                              end_reason=br.end_reason, prompt_tokens=br.prompt_tokens, prefilled=br.prefilled,
                               sampled=br.sampled, model_seconds=br.model_seconds, env_seconds=br.env_seconds))
     return out
 

@@ -55,6 +55,8 @@ class SFTConfig:
     """Expert trajectories to learn from (a seeded sample of the split)."""
     max_expert_steps: int | None = None
     """Only games the expert solves in at most this many steps."""
+    max_receptacles: int | None = None
+    """Only rooms with at most this many receptacles."""
     epochs: int = 2
     """Passes over the expert trajectories."""
     lr: float = 1e-4
@@ -67,6 +69,12 @@ class SFTConfig:
     """Turn limit used to render the trajectories (as in rollouts)."""
     max_trajectory_tokens: int = 12000
     """Token budget used to render the trajectories (longer ones are cut like rollouts)."""
+    bf16: bool = False
+    """Run the forward and backward passes under bfloat16 autocast (the adapter stays float32).
+    On a CPU with native bf16 (avx512_bf16 / AMX) it is ~1.7x faster; on others it can be slower.
+    Only the warm start uses it: RL keeps float32 so that training and sampling logprobs agree."""
+    save_dtype: str | None = None
+    """Store the adapter as "float16" or "bfloat16" (half the size; the shipped warm start uses float16)."""
     seed: int = 0
     """Seeds the game sample, the order and the adapter's init."""
     threads: int | None = None
@@ -88,14 +96,15 @@ def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool =
 
 
 def nll_loss(model, trajectories: list[Trajectory], micro_batch_tokens: int = 4096,
-             backward: bool = True) -> tuple[float, int]:
+             backward: bool = True, bf16: bool = False) -> tuple[float, int]:
     """Token-mean negative log-likelihood of the reply tokens (mask 1), gradients accumulated
     when ``backward``; returns (loss, tokens)."""
+    device_type = next(model.parameters()).device.type
     total = sum(sum(t.mask) for t in trajectories)
     loss_sum = 0.0
     for batch in micro_batches(trajectories, micro_batch_tokens):
-        with torch.set_grad_enabled(backward):
-            logp = sequence_logprobs(model, [t.tokens for t in batch])
+        with torch.set_grad_enabled(backward), torch.autocast(device_type, torch.bfloat16, enabled=bf16):
+            logp = sequence_logprobs(model, [t.tokens for t in batch], masks=[t.mask for t in batch])
         mask = torch.zeros_like(logp)
         for i, t in enumerate(batch):
             mask[i, :len(t.mask)] = torch.tensor(t.mask, dtype=logp.dtype)
@@ -113,12 +122,8 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
     if config.threads:
         torch.set_num_threads(config.threads)
-    games = load_games(config.split, config.data_dir, seed=config.seed)
-    if config.max_expert_steps:
-        games = [g for g in games if len(g.walkthrough) <= config.max_expert_steps]
-    games = games[:config.games]
-    if not games:
-        raise ValueError(f"no {config.split} games to learn from; check --split / --max-expert-steps")
+    games = load_games(config.split, config.data_dir, seed=config.seed, limit=config.games,
+                       max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model, lora=LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha))
     trajectories = expert_trajectories(policy, games, config, progress)
@@ -139,7 +144,7 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
             tick = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
-                                    config.micro_batch_tokens)
+                                    config.micro_batch_tokens, bf16=config.bf16)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
             optimizer.step()
             step += 1
@@ -149,4 +154,4 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
             bar.update()
             bar.set_postfix(loss=f"{loss:.3f}")
     bar.close()
-    return save_adapter(policy, out / "adapter")
+    return save_adapter(policy, out / "adapter", dtype=config.save_dtype)

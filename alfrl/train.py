@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from alfrl.advantage import AdvantageConfig, assign_advantages, batch_stats
 from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, prepare_run_dir, read_jsonl,
                               save_checkpoint, truncate_jsonl)
-from alfrl.games import load_games, shuffled
+from alfrl.games import load_games
 from alfrl.models import BUNDLED, LoraSpec, load_policy
 from alfrl.plots import plot_training
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_update
@@ -56,7 +56,9 @@ class TrainConfig:
     split: str = "train"
     """Split the training games come from."""
     max_expert_steps: int | None = None
-    """Only games the expert solves in at most this many steps (small rooms, short tasks)."""
+    """Only games the expert solves in at most this many steps (short tasks)."""
+    max_receptacles: int | None = None
+    """Only rooms with at most this many receptacles (short prompts: every tool result lists them)."""
     updates: int = 3
     """PPO updates in the run."""
     games_per_update: int = 2
@@ -146,13 +148,8 @@ def preset(name: str, **overrides) -> TrainConfig:
 
 
 def training_games(config: TrainConfig) -> list:
-    games = load_games(config.split, config.data_dir)
-    if config.max_expert_steps:
-        games = [g for g in games if len(g.walkthrough) <= config.max_expert_steps]
-    if not games:
-        raise ValueError(f"no {config.split} games with at most {config.max_expert_steps} expert steps; "
-                         "raise --max-expert-steps")
-    return shuffled(games, config.seed)
+    return load_games(config.split, config.data_dir, seed=config.seed, max_expert_steps=config.max_expert_steps,
+                      max_receptacles=config.max_receptacles)
 
 
 def games_for_update(games: list, step: int, per_update: int) -> list:

@@ -67,7 +67,8 @@ def main() -> None:
     optimizer.zero_grad()
     for micro in micro_batches(batch, ppo.micro_batch_tokens):
         tick = time.perf_counter()
-        new = sequence_logprobs(model, [t.tokens for t in micro], ppo.temperature, ppo.logit_chunk)
+        new = sequence_logprobs(model, [t.tokens for t in micro], ppo.temperature, ppo.logit_chunk,
+                                masks=[t.mask for t in micro])
         old, mask, adv = padded_tensors(micro, new.shape[1], new.device)
         loss, _ = ppo_token_loss(new, old, adv, ppo.clip_low, ppo.clip_high)
         loss = (loss * mask).sum() / trained

@@ -97,6 +97,27 @@ def test_reset_gives_identical_copies(tiny_games, engine, workers):
             assert {i: seen(r) for i, r in out.items()} == {i: expected for i in range(4)}
 
 
+@WORKERS
+def test_reset_each_plays_one_game_per_copy(tiny_games, engine, workers):
+    """Evaluation loads a different game into each copy; each copy then plays its own game."""
+    games = [game(tiny_games, HEAT), game(tiny_games, "pick_and_place_simple"), game(tiny_games, HEAT)]
+    with GroupEnv(k=3, max_steps=30, workers=workers) as env:
+        starts = env.reset_each(games)
+        for g, start in zip(games, starts):
+            (intro, admissible), _ = standard(engine, g.path, [])
+            assert start == GroupReset(observation=intro, task=g.goal, admissible_commands=admissible)
+        assert env.game == tuple(g.path for g in games)
+        assert env.admissible == {i: s.admissible_commands for i, s in enumerate(starts)}
+        walks = [list(g.walkthrough) for g in games]
+        for n in range(max(len(w) for w in walks)):
+            out = env.step({i: w[n] for i, w in enumerate(walks) if n < len(w)})
+            for i, r in out.items():
+                assert seen(r) == standard(engine, games[i].path, walks[i])[1][n]
+        assert env.won == {0: True, 1: True, 2: True}
+        with pytest.raises(ValueError, match="one game per copy"):
+            env.reset_each(games[:2])
+
+
 def test_task_is_the_games_goal_for_every_task_type(tiny_games):
     with GroupEnv(k=1, workers=0) as env:
         for task_type in TASK_TYPES:

@@ -10,7 +10,7 @@ import torch
 
 from alfrl.env import NOTHING_HAPPENS
 from alfrl.protocol import COMPLETED, EXECUTED, ChatFormat
-from alfrl.rollout import (RolloutConfig, load_trajectories, rollout_batch, rollout_group,
+from alfrl.rollout import (RolloutConfig, load_trajectories, rollout_batch, rollout_games, rollout_group,
                            save_trajectories)
 from alfrl.scripted import ScriptedSession, expert_replies, tool_call as call
 
@@ -145,6 +145,34 @@ def test_rollout_batch_plays_one_group_per_game(monkeypatch, policy, tiny_games)
     scripted(monkeypatch, policy, {b: ["no"] * 10 for b in range(2)})
     groups = rollout_batch(policy, games, RolloutConfig(k=2, max_steps=2, workers=0), progress=False)
     assert [[t.game_id for t in g] for g in groups] == [[g.game_id] * 2 for g in games]
+
+
+def test_rollout_games_plays_each_game_as_a_one_branch_group(monkeypatch, policy, tiny_games):
+    """One trajectory per game, batched: the same records as playing each game alone with k=1."""
+    games = [g for g in tiny_games.games(SPLIT) if g.task_type == PICK][:1] + \
+        [g for g in tiny_games.games(SPLIT) if g.task_type != PICK][:1]
+    config = RolloutConfig(k=1, max_steps=30, workers=0)
+    scripted(monkeypatch, policy, {b: expert_replies(g) for b, g in enumerate(games)})
+    together = rollout_games(policy, games, config)
+    alone = []
+    for g in games:
+        scripted(monkeypatch, policy, {0: expert_replies(g)})
+        alone += rollout_group(policy, g, config)
+    assert [t.game_id for t in together] == [g.game_id for g in games]
+    assert all(t.won and t.branch == 0 for t in together)
+    assert [t.tokens for t in together] == [t.tokens for t in alone]
+    assert [t.mask for t in together] == [t.mask for t in alone]
+    assert [t.seed for t in together] == [t.seed for t in alone]
+
+
+def test_rollout_games_with_the_real_model_matches_one_at_a_time(policy, tiny_games):
+    games = tiny_games.games(SPLIT)[:3]
+    config = RolloutConfig(k=1, max_steps=2, max_new_tokens=10, temperature=0.0, workers=0)
+    together = rollout_games(policy, games, config)
+    alone = [rollout_group(policy, g, config)[0] for g in games]
+    assert [t.tokens for t in together] == [t.tokens for t in alone]
+    for a, b in zip(together, alone):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 
 def test_config_errors(policy, game):
