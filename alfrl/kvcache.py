@@ -128,16 +128,9 @@ class GroupCache:
         logits = out.logits[torch.arange(self.rows), torch.searchsorted(keep, last)].float()
         return logits.masked_fill((counts == 0)[:, None], 0.0)
 
-    def repeat(self, times: int) -> None:
-        """Turn a one-row cache into ``times`` identical rows (a group sharing its first prompt)."""
-        if self.rows != 1:
-            raise ValueError("only a one-row cache can be repeated")
-        self.cache.batch_repeat_interleave(times)
-        self.mask = self.mask.repeat(times, 1)
-        self.positions = self.positions.repeat(times)
-
     def keep(self, rows: list[int]) -> None:
-        """Drop every row not in ``rows`` (finished branches), in that order."""
+        """Keep the rows listed, in that order: drops finished branches; a row listed twice is
+        copied (branches that share a first prompt)."""
         index = torch.tensor(rows, dtype=torch.long)
         self.cache.batch_select_indices(index)
         self.mask = self.mask[index]

@@ -56,6 +56,10 @@ class RolloutConfig:
     """Processes stepping the K copies of the game."""
     batched: bool = True
     """Decode the live branches of a group in one batch (see alfrl.kvcache)."""
+    groups_per_batch: int = 1
+    """Groups that :func:`rollout_batch` plays together, k x this many rows decoded in one batch.
+    On a CPU the decode step reads the weights once whatever the batch, so 2 groups of 4 take
+    little more time than one; on a GPU, memory for the KV caches sets the limit."""
 
     def __post_init__(self):
         if self.k < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
@@ -307,15 +311,33 @@ def _play(policy, games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFo
 
 def rollout_batch(policy, games: list, config: RolloutConfig | None = None, progress: bool = True,
                   fmt: ChatFormat | None = None) -> list[list[Trajectory]]:
-    """One group per game, with a progress bar; the env's workers are shared by all groups."""
+    """One group per game, ``config.groups_per_batch`` groups decoded together, with a progress bar.
+
+    Branch seeds depend only on the game and the branch index, so the groups are the same
+    whether they are played together or one at a time (up to float rounding).
+    """
     config = config or RolloutConfig()
     fmt = fmt or ChatFormat(policy.tokenizer)
+    per_batch = max(1, config.groups_per_batch)
     groups: list[list[Trajectory]] = []
-    with GroupEnv(k=config.k, max_steps=config.max_steps, workers=config.workers) as env:
-        bar = tqdm(games, desc="rollout groups", unit="group", disable=not progress)
-        for game in bar:
-            groups.append(rollout_group(policy, game, config, env=env, fmt=fmt))
+    env = None
+    bar = tqdm(total=len(games), desc="rollout groups", unit="group", disable=not progress)
+    try:
+        for start in range(0, len(games), per_batch):
+            chunk = games[start:start + per_batch]
+            rows = config.k * len(chunk)
+            if env is None or env.k != rows:
+                if env is not None:
+                    env.close()
+                env = GroupEnv(k=rows, max_steps=config.max_steps, workers=config.workers)
+            played = _play(policy, [g for g in chunk for _ in range(config.k)], config, env, fmt, None)
+            groups += [played[i * config.k:(i + 1) * config.k] for i in range(len(chunk))]
             done = [t for g in groups for t in g]
+            bar.update(len(chunk))
             bar.set_postfix(success=f"{sum(t.won for t in done) / len(done):.2f}",
                             invalid=f"{sum(t.invalid for t in done) / len(done):.1f}")
+    finally:
+        bar.close()
+        if env is not None:
+            env.close()
     return groups

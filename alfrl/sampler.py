@@ -64,8 +64,8 @@ class GroupSession:
 
     Every call to :meth:`sample` gives each live branch a prompt that extends what it has
     read; the new tokens are prefilled together and the replies decoded together, one
-    batched forward pass per step. When every branch starts from the same prompt, it is
-    read once and the cache copied. Branches whose episode ended are removed with
+    batched forward pass per step. A first prompt shared by several branches (a group's) is
+    read once and its cache row copied. Branches whose episode ended are removed with
     :meth:`drop`. With ``batched=False`` (or a model whose cache cannot have holes, see
     :mod:`alfrl.kvcache`) each branch runs alone; results are the same either way, up to
     float rounding.
@@ -122,15 +122,19 @@ class GroupSession:
             self.forward_tokens += sum(len(t) for t in tokens)
             return self._forward_each(tokens)
         cache = self.caches[0]
-        if cache.rows == 0:  # first read: a shared prompt is read once
-            shared = all(t == tokens[0] for t in tokens)
-            cache.mask = cache.mask.new_zeros(1 if shared else len(tokens), 0)
-            cache.positions = cache.positions.new_zeros(cache.mask.shape[0])
-            if shared:
-                self.forward_tokens += len(tokens[0])
-                logits = cache.forward(tokens[:1], self.pad_id)
-                cache.repeat(len(tokens))
-                return logits.expand(len(tokens), -1)
+        if cache.rows == 0:  # first read: each distinct prompt is read once, then its row copied
+            unique = []
+            for t in tokens:
+                if t not in unique:
+                    unique.append(t)
+            rows = [unique.index(t) for t in tokens]
+            cache.mask = cache.mask.new_zeros(len(unique), 0)
+            cache.positions = cache.positions.new_zeros(len(unique))
+            self.forward_tokens += len(unique) * max(len(t) for t in unique)
+            logits = cache.forward(unique, self.pad_id)
+            if len(unique) < len(tokens):
+                cache.keep(rows)
+            return logits[rows]
         self.forward_tokens += cache.rows * max(len(t) for t in tokens)
         return cache.forward(tokens, self.pad_id)
 

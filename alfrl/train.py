@@ -75,6 +75,8 @@ class TrainConfig:
     """Sampling temperature (the update recomputes logprobs at the same one)."""
     top_p: float = 1.0
     """Nucleus sampling mass."""
+    groups_per_batch: int = 2
+    """Groups decoded together (k x this many rows per forward pass; see RolloutConfig)."""
     invalid_penalty: float = 0.1
     """Reward lost per invalid action."""
     normalize_std: bool = False
@@ -116,6 +118,7 @@ class TrainConfig:
     def rollout(self, step: int) -> RolloutConfig:
         return RolloutConfig(k=self.k, max_steps=self.max_steps, max_trajectory_tokens=self.max_trajectory_tokens,
                              max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                             groups_per_batch=self.groups_per_batch,
                              seed=self.seed * 1_000_003 + step, workers=self.workers)
 
     def ppo(self) -> PPOConfig:
@@ -134,7 +137,7 @@ PRESETS: dict[str, dict] = {
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
                       max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
-                      checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000),
+                      checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1),
 }
 """cpu: the bundled small model, short episodes, minutes on 2 cores. reference: the reference run's
 settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA rank 32, lr 1e-6) for a GPU."""

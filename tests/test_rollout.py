@@ -175,6 +175,18 @@ def test_rollout_games_with_the_real_model_matches_one_at_a_time(policy, tiny_ga
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 
+def test_groups_played_together_equal_groups_played_alone(policy, tiny_games):
+    """Two groups of two in one batch: each distinct first prompt is read once, and the groups are
+    the ones rollout_group plays alone."""
+    games = tiny_games.games(SPLIT)[:2]
+    config = RolloutConfig(k=2, max_steps=2, max_new_tokens=8, temperature=1.0, seed=5, workers=0,
+                           groups_per_batch=2)
+    together = rollout_batch(policy, games, config, progress=False)
+    alone = [rollout_group(policy, g, config) for g in games]
+    assert [[t.tokens for t in g] for g in together] == [[t.tokens for t in g] for g in alone]
+    assert [[t.game_id for t in g] for g in together] == [[g.game_id] * 2 for g in games]
+
+
 def test_config_errors(policy, game):
     with pytest.raises(ValueError, match="k, max_steps"):
         RolloutConfig(k=0)

@@ -153,6 +153,21 @@ def test_group_reads_a_shared_prompt_once_and_seeds_each_branch(policy, fmt):
     assert len({tuple(s.tokens) for s in samples.values()}) > 1
 
 
+def test_two_groups_in_one_batch_read_each_first_prompt_once(policy, fmt):
+    first = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    second = fmt.initial_prompt("put a hot apple in fridge", OBS + " You see a fridge 1.", ACTIONS)
+    prompts = {0: first, 1: first, 2: second, 3: second}
+    cfg = SampleConfig(temperature=1.0, max_new_tokens=6)
+    session = new_group_session(policy, seeds=[3, 4, 5, 6])
+    samples = session.sample(prompts, cfg)
+    longest = max(len(s.tokens) for s in samples.values())
+    assert session.forward_tokens == 2 * max(len(first), len(second)) + 4 * (longest - 1)
+    for b, seed in zip(range(4), (3, 4, 5, 6)):
+        alone = new_session(policy, seed=seed).sample(prompts[b], cfg)
+        assert samples[b].tokens == alone.tokens
+        assert max(abs(p - q) for p, q in zip(samples[b].logprobs, alone.logprobs)) < 1e-4
+
+
 def test_group_wants_a_prompt_per_live_branch(policy, fmt):
     session = new_group_session(policy, seeds=[0, 1])
     prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
