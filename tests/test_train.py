@@ -20,7 +20,8 @@ def tiny(tmp_path, tiny_games, **overrides) -> TrainConfig:
     return TrainConfig(**{**dict(run_dir=str(tmp_path / "run"), data_dir=str(tiny_games.root), split=SPLIT,
                                  updates=2, games_per_update=1, k=2, max_steps=2, max_new_tokens=48,
                                  max_trajectory_tokens=3000, lr=1e-3, lora_rank=4, lora_alpha=8, workers=0,
-                                 threads=2), **overrides})
+                                 threads=2, init_adapter=None, max_expert_steps=None, max_receptacles=None),
+                              **overrides})
 
 
 def test_refuses_to_overwrite_a_run(tmp_path):
@@ -87,7 +88,7 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
         f.write(json.dumps({"step": 2, "reward": 123.0}) + "\n")
     resumed = train(resume=run, progress=False)
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
-    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds"}
+    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb"}
     same = [{k: v for k, v in m.items() if k not in drop} for m in resumed]
     want = [{k: v for k, v in m.items() if k not in drop} for m in straight]
     _close(same, want)

@@ -1,0 +1,88 @@
+"""The README's learning result on a CPU: the shipped warm start, then GRPO with the cpu preset,
+evaluated before and after with the same settings on the generated valid_unseen small rooms.
+
+    python scripts/cpu_learning_result.py --seeds 0 1 --out runs/learning
+
+Writes ``OUT/eval/<checkpoint>/`` (records and summary per checkpoint), ``OUT/seed<S>/`` (the
+training runs), ``OUT/table.md`` and ``OUT/figure.png``, and prints the wall time of each part.
+Re-running it continues where it stopped: finished evaluations and runs are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from alfrl.checkpoint import latest_checkpoint
+from alfrl.evaluate import EvalConfig, comparison_figure, comparison_table, evaluate
+from alfrl.models import WARM_START
+from alfrl.train import preset, train
+
+
+def eval_config(train_config, out: Path, adapter: str, split: str, limit: int | None) -> EvalConfig:
+    """Evaluation with the training episodes' settings (rooms, steps, reply length)."""
+    resume = (out / "records.jsonl").exists()
+    return EvalConfig(out=str(out), resume=resume, adapter=adapter, split=split, limit=limit,
+                      max_expert_steps=train_config.max_expert_steps, max_receptacles=train_config.max_receptacles,
+                      max_steps=train_config.max_steps, max_new_tokens=train_config.max_new_tokens,
+                      max_trajectory_tokens=train_config.max_trajectory_tokens, threads=train_config.threads)
+
+
+def markdown(table) -> str:
+    """A pandas table as a Markdown table (without the optional tabulate package)."""
+    def cell(v) -> str:
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
+    head = [table.index.name or ""] + list(table.columns)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([str(i)] + [cell(v) for v in row]) + " |" for i, row in zip(table.index, table.values)]
+    return "\n".join(lines)
+
+
+def timed(what: str, seconds: dict, fn, *args, **kwargs):
+    tick = time.perf_counter()
+    out = fn(*args, **kwargs)
+    seconds[what] = time.perf_counter() - tick
+    print(f"{what}: {seconds[what] / 60:.1f} min")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--out", default="runs/learning")
+    parser.add_argument("--split", default="valid_unseen")
+    parser.add_argument("--limit", type=int, default=None, help="games per split (default: all small rooms)")
+    parser.add_argument("--updates", type=int, default=None, help="PPO updates (default: the cpu preset's)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    seconds: dict[str, float] = {}
+    results = {}
+    base = preset("cpu", seed=args.seeds[0])
+    timed("eval warm start", seconds, evaluate,
+          eval_config(base, out / "eval" / "warm start", WARM_START, args.split, args.limit))
+    results["warm start"] = out / "eval" / "warm start"
+    for seed in args.seeds:
+        run_dir = out / f"seed{seed}"
+        config = preset("cpu", run_dir=str(run_dir), seed=seed)
+        if (run_dir / "config.json").exists():
+            timed(f"train seed {seed}", seconds, train, resume=run_dir, updates=args.updates)
+        else:
+            timed(f"train seed {seed}", seconds, train, config, updates=args.updates)
+        adapter = latest_checkpoint(run_dir) / "adapter"
+        name = f"GRPO seed {seed}"
+        timed(f"eval {name}", seconds, evaluate, eval_config(config, out / "eval" / name, str(adapter),
+                                                             args.split, args.limit))
+        results[name] = out / "eval" / name
+    table = comparison_table(results)
+    (out / "table.md").write_text(markdown(table) + "\n")
+    comparison_figure(results, out / "figure.png")
+    (out / "seconds.json").write_text(json.dumps(seconds, indent=2))
+    print(markdown(table))
+    print(f"figure: {out / 'figure.png'}; wall time {sum(seconds.values()) / 60:.1f} min "
+          f"({', '.join(f'{k} {v / 60:.1f}' for k, v in seconds.items())})")
+
+
+if __name__ == "__main__":
+    main()
