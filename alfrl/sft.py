@@ -43,6 +43,8 @@ class SFTConfig:
     """Replace an existing run folder instead of refusing."""
     model: str = BUNDLED
     """A hub id, a local model directory, or "bundled"."""
+    init_adapter: str | None = None
+    """Continue training a saved adapter (a folder, or "warmstart") instead of a fresh one."""
     lora_rank: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -125,7 +127,8 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     games = load_games(config.split, config.data_dir, seed=config.seed, limit=config.games,
                        max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
     torch.manual_seed(config.seed)
-    policy = load_policy(config.model, lora=LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha))
+    policy = load_policy(config.model, lora=config.init_adapter or LoraSpec(rank=config.lora_rank,
+                                                                           alpha=config.lora_alpha))
     trajectories = expert_trajectories(policy, games, config, progress)
     won = sum(t.won for t in trajectories)
     if won < len(trajectories):

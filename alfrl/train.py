@@ -61,13 +61,13 @@ class TrainConfig:
     """Only games the expert solves in at most this many steps (short tasks)."""
     max_receptacles: int | None = 20
     """Only rooms with at most this many receptacles (short prompts: every tool result lists them)."""
-    updates: int = 6
+    updates: int = 4
     """PPO updates in the run."""
     games_per_update: int = 2
     """Groups (games) played per update."""
     k: int = 4
     """Trajectories per game."""
-    max_steps: int = 12
+    max_steps: int = 10
     """Turns per trajectory."""
     max_trajectory_tokens: int = 4000
     """Token budget of one trajectory."""
@@ -87,7 +87,7 @@ class TrainConfig:
     """PPO ratio clip, lower bound."""
     clip_high: float = 1.2
     """PPO ratio clip, upper bound."""
-    lr: float = 5e-5
+    lr: float = 2e-4
     """Adam learning rate."""
     beta1: float = 0.9
     """Adam beta1."""
@@ -164,7 +164,9 @@ def games_for_update(games: list, step: int, per_update: int) -> list:
     return [games[(start + i) % len(games)] for i in range(per_update)]
 
 
-def _load(config: TrainConfig, adapter: str | None):
+def load_for_training(config: TrainConfig, adapter: str | None = None):
+    """The policy a run trains: ``adapter`` (a checkpoint's) if given, else the config's initial
+    adapter (e.g. the warm start), else a fresh seeded LoRA."""
     torch.manual_seed(config.seed)  # a fresh adapter's initial weights
     init = config.init_adapter if config.init_adapter not in (None, "", "none") else None
     lora = adapter or init or LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha)
@@ -199,7 +201,7 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     if done >= config.updates:  # nothing to do: no model to load
         print(f"{run_dir}: all {config.updates} updates already done")
         return history
-    policy = _load(config, str(checkpoint / "adapter") if checkpoint else None)
+    policy = load_for_training(config, str(checkpoint / "adapter") if checkpoint else None)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)
     if checkpoint:

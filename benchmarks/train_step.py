@@ -1,9 +1,9 @@
 """One training update at the cpu preset, timed: rollout / logprob recompute / backward + optimizer step,
 with peak memory (RSS) after each phase.
 
-The rollout is real (the small model plays ``--games`` groups). Because the untrained model's
-groups are usually degenerate (no signal), the update is timed on those trajectories with
-advantages set to +1/-1 alternately, which costs exactly what a real update costs.
+The rollout is real (the preset's policy, the warm start for cpu, plays one update's groups). So
+that every trajectory trains whatever the rewards were, the update is timed with advantages set to
++1/-1 alternately, which costs exactly what a real update costs.
 
     python benchmarks/train_step.py
 """
@@ -17,10 +17,9 @@ import time
 import torch
 
 from alfrl.advantage import assign_advantages
-from alfrl.models import LoraSpec, load_policy
 from alfrl.ppo import make_optimizer, ppo_token_loss, sequence_logprobs, micro_batches, padded_tensors
 from alfrl.rollout import rollout_batch
-from alfrl.train import preset, training_games, games_for_update
+from alfrl.train import games_for_update, load_for_training, preset, training_games
 
 
 def peak_rss_mb() -> float:
@@ -40,8 +39,7 @@ def main() -> None:
     print(f"preset {args.preset}: {config.games_per_update} games x {config.k}, {config.max_steps} steps, "
           f"{config.max_new_tokens} new tokens per reply, LoRA rank {config.lora_rank}; {args.threads} threads; "
           f"gradient checkpointing {'on' if config.gradient_checkpointing else 'off'}")
-    torch.manual_seed(0)
-    policy = load_policy(config.model, lora=LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha))
+    policy = load_for_training(config)  # the preset's start: the warm start for cpu
     print(f"loaded: peak RSS {peak_rss_mb():.0f} MB")
 
     ppo = config.ppo()

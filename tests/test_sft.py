@@ -71,3 +71,22 @@ def test_a_fine_tuning_step_lowers_the_loss(policy, games):
     after, _ = nll_loss(p.model, trajectories, backward=False)
     assert tokens == sum(sum(t.mask) for t in trajectories)
     assert after < before
+
+
+def test_the_shipped_warm_start_plays_valid_admissible_calls(tiny_games):
+    """data/warmstart is the adapter `--init-adapter warmstart` loads: on a game it never saw, its
+    greedy first replies are valid tool calls of admissible actions (the bare model makes none)."""
+    from alfrl.models import load_policy, resolve_adapter
+    from alfrl.paths import WARM_START_DIR
+    from alfrl.rollout import RolloutConfig, rollout_group
+
+    assert resolve_adapter("warmstart") == WARM_START_DIR
+    assert (WARM_START_DIR / "adapter_model.safetensors").stat().st_size < 6_000_000
+    with pytest.raises(ValueError, match="bundled model"):
+        resolve_adapter("warmstart", "Qwen/Qwen3-4B")
+    policy = load_policy(lora="warmstart")
+    game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
+    (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=3, max_new_tokens=48, temperature=0.0,
+                                                     workers=0))
+    assert [turn.valid_format and turn.admissible for turn in t.turns] == [True] * len(t.turns)
+    assert t.turns[0].action == "look"  # the expert's walkthroughs start by looking around
