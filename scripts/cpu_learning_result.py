@@ -55,30 +55,38 @@ def main() -> None:
     parser.add_argument("--split", default="valid_unseen")
     parser.add_argument("--limit", type=int, default=None, help="games per split (default: all small rooms)")
     parser.add_argument("--updates", type=int, default=None, help="PPO updates (default: the cpu preset's)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
+                        help="change the cpu preset, e.g. --set temperature=0.7 (runs are then named after it)")
     args = parser.parse_args()
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        kind = type(getattr(preset("cpu"), key))
+        overrides[key] = kind(value) if kind is not type(None) else value
+    tag = "".join(f"_{k}{v}" for k, v in overrides.items())
     out = Path(args.out)
     seconds: dict[str, float] = {}
     results = {}
-    base = preset("cpu", seed=args.seeds[0])
-    timed("eval warm start", seconds, evaluate,
+    base = preset("cpu", seed=args.seeds[0], **overrides)
+    timed("eval warm start", seconds, evaluate,  # reused when done (same settings)
           eval_config(base, out / "eval" / "warm start", WARM_START, args.split, args.limit))
     results["warm start"] = out / "eval" / "warm start"
     for seed in args.seeds:
-        run_dir = out / f"seed{seed}"
-        config = preset("cpu", run_dir=str(run_dir), seed=seed)
+        run_dir = out / f"seed{seed}{tag}"
+        config = preset("cpu", run_dir=str(run_dir), seed=seed, **overrides)
         if (run_dir / "config.json").exists():
             timed(f"train seed {seed}", seconds, train, resume=run_dir, updates=args.updates)
         else:
             timed(f"train seed {seed}", seconds, train, config, updates=args.updates)
         adapter = latest_checkpoint(run_dir) / "adapter"
-        name = f"GRPO seed {seed}"
+        name = f"GRPO seed {seed}{tag.replace('_', ' ')}"
         timed(f"eval {name}", seconds, evaluate, eval_config(config, out / "eval" / name, str(adapter),
                                                              args.split, args.limit))
         results[name] = out / "eval" / name
     table = comparison_table(results)
-    (out / "table.md").write_text(markdown(table) + "\n")
-    comparison_figure(results, out / "figure.png")
-    (out / "seconds.json").write_text(json.dumps(seconds, indent=2))
+    (out / f"table{tag}.md").write_text(markdown(table) + "\n")
+    comparison_figure(results, out / f"figure{tag}.png")
+    (out / f"seconds{tag}.json").write_text(json.dumps(seconds, indent=2))
     print(markdown(table))
     print(f"figure: {out / 'figure.png'}; wall time {sum(seconds.values()) / 60:.1f} min "
           f"({', '.join(f'{k} {v / 60:.1f}' for k, v in seconds.items())})")
