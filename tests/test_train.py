@@ -60,14 +60,16 @@ def expert_vs_junk(monkeypatch):
     """Branch 0 plays the expert's walkthrough, branch 1 junk: rewards differ, so every group trains.
     Logprobs are the policy's own (teacher forcing), so PPO ratios are real."""
     import alfrl.rollout as rollout
-    original = rollout.rollout_group
+    original = rollout._play
 
-    def rollout_group(policy, game, config, env=None, fmt=None, session=None):
-        fmt = fmt or ChatFormat(policy.tokenizer)
-        scripted = ScriptedSession(fmt, {0: expert_replies(game), 1: ["no"] * config.max_steps},
-                                   model=policy.model, temperature=config.temperature)
-        return original(policy, game, config, env=env, fmt=fmt, session=scripted)
-    monkeypatch.setattr(rollout, "rollout_group", rollout_group)
+    def play(policy, games, config, env, fmt, session):
+        scripts = {}
+        for b, game in enumerate(games):  # branch 0 of each game plays the expert, the others junk
+            first = games.index(game) == b
+            scripts[b] = expert_replies(game) if first else ["no"] * config.max_steps
+        scripted = ScriptedSession(fmt, scripts, model=policy.model, temperature=config.temperature)
+        return original(policy, games, config, env, fmt, scripted)
+    monkeypatch.setattr(rollout, "_play", play)
 
 
 def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, expert_vs_junk):
