@@ -26,6 +26,9 @@ from alfrl.protocol import ChatFormat
 from alfrl.rollout import END_REASONS, RolloutConfig, rollout_games
 
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
+SHORT_TASK_NAMES = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep":
+                    "clean", "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool",
+                    "pick_two_obj_and_place": "pick two"}
 
 
 @dataclass
@@ -253,8 +256,7 @@ def comparison_figure(results: dict[str, str | Path], path: str | Path | None = 
         axes[1].bar([x + i * width for x in range(len(tasks))], [100 * fmean(per_task[t]) for t in tasks], width,
                     label=name)
         axes[1].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(tasks))],
-                           [t.replace("pick_", "").replace("_then_place_in_recep", "").replace("_and_place", "")
-                            .replace("_obj", "").replace("_in_light", "") for t in tasks], rotation=20)
+                           [SHORT_TASK_NAMES.get(t, t) for t in tasks], rotation=20)
         axes[2].bar(i, s["all"]["invalid_per_episode"], label=name)
     axes[0].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(splits))], splits)
     axes[0].set_title("success % by split")
