@@ -6,7 +6,7 @@
       trajectories.jsonl     every trajectory played, with its update's step
       plots.png              curves, redrawn after every update
       checkpoints/step_00003/
-        adapter/             the LoRA adapter (peft's save_pretrained)
+        adapter/             the LoRA adapter (alfrl.models.save_adapter)
         optimizer.pt         Adam's state
         state.json           step, data cursor, RNG states
 
@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 
 import torch
+
+from alfrl.models import save_adapter
 
 CHECKPOINTS = "checkpoints"
 
@@ -66,7 +68,7 @@ def save_checkpoint(run_dir: str | Path, step: int, policy, optimizer, state: di
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    policy.model.save_pretrained(tmp / "adapter")
+    save_adapter(policy, tmp / "adapter")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps({**state, "step": step, "rng": rng_state()}))
     if final.exists():

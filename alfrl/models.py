@@ -222,7 +222,8 @@ def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None
     if not hasattr(policy.model, "peft_config"):
         raise ValueError("this policy has no LoRA adapter to save; load it with lora=LoraSpec()")
     directory = Path(directory)
-    policy.model.save_pretrained(directory)
+    # The adapter never trains embeddings: "auto" would look the base model up on the hub to check.
+    policy.model.save_pretrained(directory, save_embedding_layers=False)
     if dtype:
         import torch
         from safetensors.torch import load_file, save_file
