@@ -212,6 +212,15 @@ class GroupEnv:
             raise RuntimeError(f"GroupEnv worker failed:\n{errors[0]}")
         return out
 
+    def _call_copies(self, command: str, per_copy: dict[int, str]) -> dict:
+        """Run ``command`` with one argument per copy, each sent to the worker that owns the copy."""
+        if self._local is not None:
+            return self._call(command, {0: per_copy})
+        by_worker: dict[int, dict[int, str]] = {}
+        for i, arg in per_copy.items():
+            by_worker.setdefault(self._owner[i], {})[i] = arg
+        return self._call(command, by_worker)
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this GroupEnv is closed; make a new one")
@@ -238,13 +247,7 @@ class GroupEnv:
             raise ValueError(f"reset_each needs one game per copy: {self.k} copies, {len(games)} games")
         paths = {i: str(_game_path(g)) for i, g in enumerate(games)}
         self.game = None
-        if self._local is not None:
-            starts = self._call("reset", {0: paths})
-        else:
-            by_worker: dict[int, dict[int, str]] = {}
-            for i, path in paths.items():
-                by_worker.setdefault(self._owner[i], {})[i] = path
-            starts = self._call("reset", by_worker)
+        starts = self._call_copies("reset", paths)
         self.game = tuple(Path(p) for p in paths.values())
         self._started(starts)
         return [_start(*starts[i]) for i in range(self.k)]
@@ -274,13 +277,7 @@ class GroupEnv:
         results = {}
         if valid:
             try:
-                if self._local is not None:
-                    moved = self._call("step", {0: valid})
-                else:
-                    by_worker: dict[int, dict[int, str]] = {}
-                    for i, a in valid.items():
-                        by_worker.setdefault(self._owner[i], {})[i] = a
-                    moved = self._call("step", by_worker)
+                moved = self._call_copies("step", valid)
             except BaseException:
                 self.game = None  # some copies may have moved, unrecorded: reset before stepping again
                 raise
