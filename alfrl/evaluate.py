@@ -13,6 +13,7 @@ import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from math import comb
 from statistics import fmean
 
 import torch
@@ -219,10 +220,29 @@ def wilson_interval(won: int, games: int, z: float = 1.96) -> tuple[float, float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def paired_outcomes(before: str | Path, after: str | Path) -> dict:
+    """Before vs after on the games both folders played: how many games were ``gained`` (lost, then
+    won) and ``lost`` (won, then lost), and the exact two-sided sign-test (McNemar) p-value of that
+    split. Pairing removes the games' difficulty from the comparison, so it is sharper than two
+    separate intervals: 5 gained and 0 lost gives p = 0.0625, 6 and 0 gives p = 0.03125."""
+    won_before = {(r["split"], r["game_id"]): r["won"] for r in read_records(before)}
+    won_after = {(r["split"], r["game_id"]): r["won"] for r in read_records(after)}
+    common = won_before.keys() & won_after.keys()
+    if not common:
+        raise ValueError(f"{before} and {after} share no games; evaluate both on the same split and data")
+    gained = sum(won_after[g] and not won_before[g] for g in common)
+    lost = sum(won_before[g] and not won_after[g] for g in common)
+    n = gained + lost
+    p_value = min(1.0, 2 * sum(comb(n, i) for i in range(min(gained, lost) + 1)) / 2 ** n) if n else 1.0
+    return {"games": len(common), "gained": gained, "lost": lost, "p_value": p_value}
+
+
 def comparison_table(results: dict[str, str | Path]):
-    """A pandas table, one row per named result folder: success per split and all, invalid/episode."""
+    """A pandas table, one row per named result folder: success per split and all, invalid/episode;
+    rows after the first also say which games changed against the first (``paired_outcomes``)."""
     import pandas as pd
     rows = []
+    first = next(iter(results.values()), None)
     for name, folder in results.items():
         s = json.loads((Path(folder) / "summary.json").read_text())
         row = {"checkpoint": name}
@@ -233,6 +253,13 @@ def comparison_table(results: dict[str, str | Path]):
                     "95% interval": f"{100 * low:.0f}-{100 * high:.0f}", "games": games,
                     "invalid / episode": s["all"]["invalid_per_episode"],
                     "valid calls %": 100 * s["all"]["valid_call_rate"]})
+        if folder is not first:
+            try:
+                paired = paired_outcomes(first, folder)
+                change = f"+{paired['gained']}/-{paired['lost']} (p={paired['p_value']:.2f})"
+            except ValueError:  # evaluated on other games: nothing to pair
+                change = "no shared games"
+            row["vs first: gained/lost (p)"] = change
         rows.append(row)
     return pd.DataFrame(rows).set_index("checkpoint")
 

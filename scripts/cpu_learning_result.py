@@ -3,7 +3,9 @@ evaluated before and after with the same settings on the generated valid_unseen 
 
     python scripts/cpu_learning_result.py --seeds 0 1 --out runs/learning
 
-Writes ``OUT/eval/<checkpoint>/`` (records and summary per checkpoint), ``OUT/seed<S>/`` (the
+Writes ``OUT/eval/<checkpoint>/`` (records and summary per checkpoint; ``OUT/eval_<split>_<data>/``
+with ``--data-dir``, e.g. the official games: ``--data-dir ../shared/alfworld-real/json_2.1.1 --split
+valid_seen`` evaluates the same runs there), ``OUT/seed<S>/`` (the
 training runs), ``OUT/table.md`` and ``OUT/figure.png``, and prints the wall time of each part.
 Re-running it continues where it stopped: finished evaluations and runs are reused.
 """
@@ -21,10 +23,11 @@ from alfrl.models import WARM_START
 from alfrl.train import preset, train
 
 
-def eval_config(train_config, out: Path, adapter: str, split: str, limit: int | None) -> EvalConfig:
+def eval_config(train_config, out: Path, adapter: str, split: str, limit: int | None,
+                data_dir: str | None) -> EvalConfig:
     """Evaluation with the training episodes' settings (rooms, steps, reply length)."""
     resume = (out / "records.jsonl").exists()
-    return EvalConfig(out=str(out), resume=resume, adapter=adapter, split=split, limit=limit,
+    return EvalConfig(out=str(out), resume=resume, adapter=adapter, split=split, limit=limit, data_dir=data_dir,
                       max_expert_steps=train_config.max_expert_steps, max_receptacles=train_config.max_receptacles,
                       max_steps=train_config.max_steps, max_new_tokens=train_config.max_new_tokens,
                       max_trajectory_tokens=train_config.max_trajectory_tokens, threads=train_config.threads)
@@ -53,6 +56,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--out", default="runs/learning")
     parser.add_argument("--split", default="valid_unseen")
+    parser.add_argument("--data-dir", default=None,
+                        help="evaluate on these games (e.g. ../shared/alfworld-real/json_2.1.1) instead of the "
+                             "generated ones; training always uses the generated train split")
     parser.add_argument("--limit", type=int, default=None, help="games per split (default: all small rooms)")
     parser.add_argument("--updates", type=int, default=None, help="PPO updates (default: the cpu preset's)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
@@ -65,12 +71,14 @@ def main() -> None:
         overrides[key] = kind(value) if kind is not type(None) else value
     tag = "".join(f"_{k}{v}" for k, v in overrides.items())
     out = Path(args.out)
+    evals = out / ("eval" if args.data_dir is None and args.split == "valid_unseen" else
+                   f"eval_{args.split}" + (f"_{Path(args.data_dir).resolve().parent.name}" if args.data_dir else ""))
     seconds: dict[str, float] = {}
     results = {}
     base = preset("cpu", seed=args.seeds[0], **overrides)
     timed("eval warm start", seconds, evaluate,  # reused when done (same settings)
-          eval_config(base, out / "eval" / "warm start", WARM_START, args.split, args.limit))
-    results["warm start"] = out / "eval" / "warm start"
+          eval_config(base, evals / "warm start", WARM_START, args.split, args.limit, args.data_dir))
+    results["warm start"] = evals / "warm start"
     for seed in args.seeds:
         run_dir = out / f"seed{seed}{tag}"
         config = preset("cpu", run_dir=str(run_dir), seed=seed, **overrides)
@@ -80,15 +88,16 @@ def main() -> None:
             timed(f"train seed {seed}", seconds, train, config, updates=args.updates)
         adapter = latest_checkpoint(run_dir) / "adapter"
         name = f"GRPO seed {seed}{tag.replace('_', ' ')}"
-        timed(f"eval {name}", seconds, evaluate, eval_config(config, out / "eval" / name, str(adapter),
-                                                             args.split, args.limit))
-        results[name] = out / "eval" / name
+        timed(f"eval {name}", seconds, evaluate, eval_config(config, evals / name, str(adapter), args.split,
+                                                             args.limit, args.data_dir))
+        results[name] = evals / name
     table = comparison_table(results)
+    tag += "" if evals.name == "eval" else "_" + evals.name.removeprefix("eval_")
     (out / f"table{tag}.md").write_text(markdown(table) + "\n")
     comparison_figure(results, out / f"figure{tag}.png")
     (out / f"seconds{tag}.json").write_text(json.dumps(seconds, indent=2))
     print(markdown(table))
-    print(f"figure: {out / 'figure.png'}; wall time {sum(seconds.values()) / 60:.1f} min "
+    print(f"figure: {out / f'figure{tag}.png'}; wall time {sum(seconds.values()) / 60:.1f} min "
           f"({', '.join(f'{k} {v / 60:.1f}' for k, v in seconds.items())})")
 
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from alfrl.evaluate import EvalConfig, comparison_table, evaluate, read_records, summarize, wilson_interval
+from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, summarize,
+                            wilson_interval)
 
 
 def record(split: str, task: str, won: bool, invalid: int, steps: int, valid_calls: int, admissible: int,
@@ -71,6 +72,35 @@ def test_evaluate_refuses_to_overwrite_and_resumes(tmp_path, tiny_games, monkeyp
     monkeypatch.undo()
     again = evaluate(tiny_eval(out, tiny_games.root, overwrite=True, limit=1), progress=False)
     assert again["all"]["games"] == 1
+
+
+def write_results(folder, wins: list[bool]) -> None:
+    """An evaluation folder by hand: game i won or lost as ``wins[i]`` says."""
+    folder.mkdir()
+    records = [{**record("valid_unseen", "pick_and_place_simple", won, 0, 10, 10, 10, "won" if won else "max_steps"),
+                "game_id": f"game{i}"} for i, won in enumerate(wins)]
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "summary.json").write_text(json.dumps(summarize(records)))
+
+
+def test_paired_outcomes_by_hand(tmp_path):
+    # 10 games: before wins 0-2, after wins 1-7 (game 0 lost, games 3-7 gained): 5 gained, 1 lost.
+    write_results(tmp_path / "before", [i < 3 for i in range(10)])
+    write_results(tmp_path / "after", [1 <= i < 8 for i in range(10)])
+    paired = paired_outcomes(tmp_path / "before", tmp_path / "after")
+    # exact sign test on 6 discordant games: 2 * (C(6,0) + C(6,1)) / 2^6 = 14 / 64
+    assert paired == {"games": 10, "gained": 5, "lost": 1, "p_value": 14 / 64}
+    assert paired_outcomes(tmp_path / "before", tmp_path / "before")["p_value"] == 1.0
+    table = comparison_table({"before": tmp_path / "before", "after": tmp_path / "after"})
+    assert table.loc["after", "vs first: gained/lost (p)"] == "+5/-1 (p=0.22)"
+    assert table.loc["after", "solved"] == "7/10" and table.loc["before", "solved"] == "3/10"
+    write_results(tmp_path / "elsewhere", [True])
+    (tmp_path / "elsewhere" / "records.jsonl").write_text(json.dumps({"split": "valid_seen", "game_id": "x",
+                                                                       "won": True}) + "\n")
+    with pytest.raises(ValueError, match="share no games"):
+        paired_outcomes(tmp_path / "before", tmp_path / "elsewhere")
+    table = comparison_table({"before": tmp_path / "before", "elsewhere": tmp_path / "elsewhere"})
+    assert table.loc["elsewhere", "vs first: gained/lost (p)"] == "no shared games"
 
 
 def test_wilson_interval():
