@@ -237,13 +237,21 @@ def paired_outcomes(before: str | Path, after: str | Path) -> dict:
     return {"games": len(common), "gained": gained, "lost": lost, "p_value": p_value}
 
 
+def _paired_cell(first: str | Path, folder: str | Path) -> str:
+    try:
+        paired = paired_outcomes(first, folder)
+    except ValueError:  # evaluated on other games: nothing to pair
+        return "no shared games"
+    return f"+{paired['gained']}/-{paired['lost']} (p={paired['p_value']:.2f})"
+
+
 def comparison_table(results: dict[str, str | Path]):
     """A pandas table, one row per named result folder: success per split and all, invalid/episode;
     rows after the first also say which games changed against the first (``paired_outcomes``)."""
     import pandas as pd
     rows = []
     first = next(iter(results.values()), None)
-    for name, folder in results.items():
+    for i, (name, folder) in enumerate(results.items()):
         s = json.loads((Path(folder) / "summary.json").read_text())
         row = {"checkpoint": name}
         row.update({f"{split} %": 100 * v["success"] for split, v in s["splits"].items()})
@@ -253,13 +261,10 @@ def comparison_table(results: dict[str, str | Path]):
                     "95% interval": f"{100 * low:.0f}-{100 * high:.0f}", "games": games,
                     "invalid / episode": s["all"]["invalid_per_episode"],
                     "valid calls %": 100 * s["all"]["valid_call_rate"]})
-        if folder is not first:
-            try:
-                paired = paired_outcomes(first, folder)
-                change = f"+{paired['gained']}/-{paired['lost']} (p={paired['p_value']:.2f})"
-            except ValueError:  # evaluated on other games: nothing to pair
-                change = "no shared games"
-            row["vs first: gained/lost (p)"] = change
+        if i > 0:
+            row["vs first: gained/lost (p)"] = _paired_cell(first, folder)
+        elif len(results) > 1:
+            row["vs first: gained/lost (p)"] = "-"
         rows.append(row)
     return pd.DataFrame(rows).set_index("checkpoint")
 

@@ -60,7 +60,7 @@ def main() -> None:
                         help="evaluate on these games (e.g. ../shared/alfworld-real/json_2.1.1) instead of the "
                              "generated ones; training always uses the generated train split")
     parser.add_argument("--limit", type=int, default=None, help="games per split (default: all small rooms)")
-    parser.add_argument("--updates", type=int, default=None, help="PPO updates (default: the cpu preset's)")
+    parser.add_argument("--updates", type=int, default=None, help="PPO updates (default: the cpu preset's; runs are then named after it)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the cpu preset, e.g. --set temperature=0.7 (runs are then named after it)")
     args = parser.parse_args()
@@ -70,6 +70,8 @@ def main() -> None:
         kind = type(getattr(preset("cpu"), key))
         overrides[key] = kind(value) if kind is not type(None) else value
     tag = "".join(f"_{k}{v}" for k, v in overrides.items())
+    if args.updates is not None and args.updates != preset("cpu").updates:
+        tag += f"_updates{args.updates}"
     out = Path(args.out)
     evals = out / ("eval" if args.data_dir is None and args.split == "valid_unseen" else
                    f"eval_{args.split}" + (f"_{Path(args.data_dir).resolve().parent.name}" if args.data_dir else ""))

@@ -93,6 +93,7 @@ def test_paired_outcomes_by_hand(tmp_path):
     assert paired_outcomes(tmp_path / "before", tmp_path / "before")["p_value"] == 1.0
     table = comparison_table({"before": tmp_path / "before", "after": tmp_path / "after"})
     assert table.loc["after", "vs first: gained/lost (p)"] == "+5/-1 (p=0.22)"
+    assert table.loc["before", "vs first: gained/lost (p)"] == "-"
     assert table.loc["after", "solved"] == "7/10" and table.loc["before", "solved"] == "3/10"
     write_results(tmp_path / "elsewhere", [True])
     (tmp_path / "elsewhere" / "records.jsonl").write_text(json.dumps({"split": "valid_seen", "game_id": "x",
