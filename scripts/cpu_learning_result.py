@@ -36,7 +36,7 @@ def eval_config(train_config, out: Path, adapter: str, split: str, limit: int | 
 def markdown(table) -> str:
     """A pandas table as a Markdown table (without the optional tabulate package)."""
     def cell(v) -> str:
-        return f"{v:.1f}" if isinstance(v, float) else str(v)
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
     head = [table.index.name or ""] + list(table.columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([str(i)] + [cell(v) for v in row]) + " |" for i, row in zip(table.index, table.values)]
