@@ -4,9 +4,9 @@ evaluated before and after with the same settings on the generated valid_unseen 
     python scripts/cpu_learning_result.py --seeds 0 1 --out runs/learning
 
 Writes ``OUT/eval/<checkpoint>/`` (records and summary per checkpoint; ``OUT/eval_<split>_<data>/``
-with ``--data-dir``, e.g. the official games: ``--data-dir ../shared/alfworld-real/json_2.1.1 --split
-valid_seen`` evaluates the same runs there), ``OUT/seed<S>/`` (the
-training runs), ``OUT/table.md`` and ``OUT/figure.png``, and prints the wall time of each part.
+with ``--data-dir``, e.g. the official games: ``--data-dir $ALFWORLD_DATA/json_2.1.1 --split
+valid_seen`` evaluates the same runs there), ``OUT/seed<S>/`` (the training runs), ``OUT/table.md``
+and ``OUT/figure.png``, and prints the wall time of each part.
 Re-running it continues where it stopped: finished evaluations and runs are reused.
 """
 
@@ -57,10 +57,11 @@ def main() -> None:
     parser.add_argument("--out", default="runs/learning")
     parser.add_argument("--split", default="valid_unseen")
     parser.add_argument("--data-dir", default=None,
-                        help="evaluate on these games (e.g. ../shared/alfworld-real/json_2.1.1) instead of the "
+                        help="evaluate on these games (e.g. $ALFWORLD_DATA/json_2.1.1) instead of the "
                              "generated ones; training always uses the generated train split")
     parser.add_argument("--limit", type=int, default=None, help="games per split (default: all small rooms)")
-    parser.add_argument("--updates", type=int, default=None, help="PPO updates (default: the cpu preset's; runs are then named after it)")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="PPO updates (default: the cpu preset's; runs are then named after it)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the cpu preset, e.g. --set temperature=0.7 (runs are then named after it)")
     args = parser.parse_args()
