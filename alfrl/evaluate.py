@@ -46,10 +46,10 @@ class EvalConfig:
     """A hub id, a local model directory, or "bundled"."""
     adapter: str | None = None
     """A saved LoRA adapter to evaluate (e.g. runs/cpu/checkpoints/step_00003/adapter)."""
-    dtype: str = "float32"
-    """Model dtype."""
-    device: str = "cpu"
-    """"cpu" or "cuda"."""
+    dtype: str = "auto"
+    """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
+    device: str = "auto"
+    """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
     data_dir: str | None = None
     """Games folder: the generated games by default, or ALFWorld's json_2.1.1."""
     split: str = "all"

@@ -147,6 +147,50 @@ def _unreachable(model: str, error: Exception) -> RuntimeError:
         f"directory or model='{BUNDLED}' (SmolLM2-135M-Instruct, needs only the package registry once).")
 
 
+AUTO = "auto"
+"""``device="auto"``: a CUDA GPU if torch sees one, else Apple's mps, else the CPU. ``dtype="auto"``:
+bfloat16 on a CUDA GPU that supports it, float32 elsewhere."""
+
+
+def resolve_device(name=AUTO):
+    """The ``torch.device`` for ``--device``: "auto" (see :data:`AUTO`) or an explicit "cpu", "cuda",
+    "cuda:1", "mps", checked to be usable here."""
+    import torch
+    if isinstance(name, torch.device):
+        return name
+    if name in (None, "", AUTO):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {name!r} asked for, but this torch ({torch.__version__}) sees no CUDA GPU; "
+                           "use --device auto or cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError(f"device {name!r} asked for, but mps is not available here; use --device auto or cpu")
+    return device
+
+
+def resolve_dtype(name=AUTO, device=AUTO):
+    """The ``torch.dtype`` for ``--dtype`` on ``device``: "auto" (see :data:`AUTO`) or a torch dtype name
+    ("float32", "bfloat16", "float16"), which wins on any device."""
+    import torch
+    if isinstance(name, torch.dtype):
+        return name
+    if name in (None, "", AUTO):
+        device = resolve_device(device)
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}; use auto, float32, bfloat16 or float16")
+    return dtype
+
+
 @dataclass
 class Policy:
     """A causal LM (optionally with a LoRA adapter) and its tokenizer."""
@@ -161,7 +205,8 @@ class Policy:
 
 def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype: str = "float32",
                 device: str = "cpu") -> Policy:
-    """Load ``model`` with its tokenizer; attach a LoRA adapter.
+    """Load ``model`` with its tokenizer on ``device`` in ``dtype`` (either may be "auto", see
+    :func:`resolve_device`, :func:`resolve_dtype`); attach a LoRA adapter.
 
     ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
     directory of a saved adapter (loaded trainable, to continue training), or ``"warmstart"``
@@ -171,7 +216,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     from transformers import AutoModelForCausalLM
 
     name = resolve_model(model)
-    torch_dtype = getattr(torch, dtype)
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
     try:
         base = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
     except OSError as e:

@@ -43,6 +43,10 @@ class SFTConfig:
     """Replace an existing run folder instead of refusing."""
     model: str = BUNDLED
     """A hub id, a local model directory, or "bundled"."""
+    device: str = "auto"
+    """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
+    dtype: str = "auto"
+    """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     init_adapter: str | None = None
     """Continue training a saved adapter (a folder, or "warmstart") instead of a fresh one."""
     lora_rank: int = 16
@@ -109,7 +113,7 @@ def nll_loss(model, trajectories: list[Trajectory], micro_batch_tokens: int = 40
             logp = sequence_logprobs(model, [t.tokens for t in batch], masks=[t.mask for t in batch])
         mask = torch.zeros_like(logp)
         for i, t in enumerate(batch):
-            mask[i, :len(t.mask)] = torch.tensor(t.mask, dtype=logp.dtype)
+            mask[i, :len(t.mask)] = torch.tensor(t.mask, dtype=logp.dtype, device=logp.device)
         loss = -(logp * mask).sum()
         if backward:
             (loss / total).backward()
@@ -128,7 +132,8 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
                        max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
     torch.manual_seed(config.seed)
     policy = load_policy(config.model, lora=config.init_adapter or LoraSpec(rank=config.lora_rank,
-                                                                           alpha=config.lora_alpha))
+                                                                           alpha=config.lora_alpha),
+                         dtype=config.dtype, device=config.device)
     trajectories = expert_trajectories(policy, games, config, progress)
     won = sum(t.won for t in trajectories)
     if won < len(trajectories):

@@ -42,10 +42,10 @@ class TrainConfig:
     """Replace an existing run directory instead of refusing."""
     model: str = BUNDLED
     """A hub id, a local model directory, or "bundled" (SmolLM2-135M-Instruct, offline)."""
-    dtype: str = "float32"
-    """Model dtype (float32 on a CPU; bfloat16 on a GPU)."""
-    device: str = "cpu"
-    """"cpu" or "cuda"."""
+    dtype: str = "auto"
+    """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
+    device: str = "auto"
+    """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
     init_adapter: str | None = "warmstart"
     """Start from a saved LoRA adapter instead of a fresh one: a folder, "warmstart" (the expert warm
     start shipped for the bundled model, see python -m alfrl sft), or "none" for a fresh adapter."""
