@@ -80,19 +80,26 @@ def new_cache(model) -> DynamicCache:
     return cache
 
 
+def model_device(model) -> torch.device:
+    """Where the model's weights are: every tensor fed to it, and every RNG sampling from it, goes there."""
+    return next(model.parameters()).device
+
+
 def supports_holes(cache: DynamicCache) -> bool:
     """Whether every layer is plain attention, so masked pad columns leave the results unchanged."""
     return all(isinstance(layer, GrowingLayer) for layer in cache.layers)
 
 
 class GroupCache:
-    """The KV cache of several rows (branches), with a mask of which columns are real tokens."""
+    """The KV cache of several rows (branches), with a mask of which columns are real tokens.
+    Its tensors are on the model's device."""
 
     def __init__(self, model, rows: int):
         self.model = model
+        self.device = model_device(model)
         self.cache = new_cache(model)
-        self.mask = torch.zeros(rows, 0, dtype=torch.bool)
-        self.positions = torch.zeros(rows, dtype=torch.long)
+        self.mask = torch.zeros(rows, 0, dtype=torch.bool, device=self.device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=self.device)
         """Real tokens read so far per row: the position of the next one."""
 
     @property
@@ -110,13 +117,13 @@ class GroupCache:
         returns each row's logits after its last new token (rows that read nothing: zeros)."""
         if len(tokens) != self.rows:
             raise ValueError(f"got tokens for {len(tokens)} rows; the cache has {self.rows}")
-        counts = torch.tensor([len(t) for t in tokens])
-        width = int(counts.max())
-        ids = torch.full((self.rows, width), pad_id, dtype=torch.long)
-        for r, row in enumerate(tokens):
-            ids[r, :len(row)] = torch.tensor(row, dtype=torch.long)
-        new_mask = torch.arange(width)[None, :] < counts[:, None]
-        positions = self.positions[:, None] + torch.arange(width)[None, :]
+        width = max(len(t) for t in tokens)
+        counts = torch.tensor([len(t) for t in tokens], device=self.device)
+        ids = torch.tensor([list(row) + [pad_id] * (width - len(row)) for row in tokens], dtype=torch.long,
+                           device=self.device)  # one copy to the device, not one per row
+        columns = torch.arange(width, device=self.device)[None, :]
+        new_mask = columns < counts[:, None]
+        positions = self.positions[:, None] + columns
         mask = torch.cat([self.mask, new_mask], dim=1)
         last = (counts - 1).clamp(min=0)
         keep = torch.unique(last)  # the language-model head runs only where a row's next token is sampled
@@ -125,13 +132,13 @@ class GroupCache:
         self.cache = out.cache
         self.mask = mask
         self.positions = self.positions + counts
-        logits = out.logits[torch.arange(self.rows), torch.searchsorted(keep, last)].float()
+        logits = out.logits[torch.arange(self.rows, device=self.device), torch.searchsorted(keep, last)].float()
         return logits.masked_fill((counts == 0)[:, None], 0.0)
 
     def keep(self, rows: list[int]) -> None:
         """Keep the rows listed, in that order: drops finished branches; a row listed twice is
         copied (branches that share a first prompt)."""
-        index = torch.tensor(rows, dtype=torch.long)
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
         self.cache.batch_select_indices(index)
         self.mask = self.mask[index]
         self.positions = self.positions[index]
@@ -140,14 +147,15 @@ class GroupCache:
         """Gather each row's real columns to the left and drop the columns that are holes in every row."""
         counts = self.mask.sum(1)
         width = int(counts.max()) if self.rows else 0
-        index = torch.zeros(self.rows, width, dtype=torch.long)
-        for r in range(self.rows):
-            real = self.mask[r].nonzero().flatten()
-            index[r, :len(real)] = real
+        # Row r's real columns in order, then column 0 where the row has fewer than ``width`` (masked
+        # out): a stable sort puts the real columns first, all rows at once, on the model's device.
+        real_first = torch.sort((~self.mask).to(torch.uint8), dim=1, stable=True).indices[:, :width]
+        columns = torch.arange(width, device=self.device)[None, :]
+        index = torch.where(columns < counts[:, None], real_first, 0)
         for layer in self.cache.layers:
             if not layer.is_initialized or layer.keys.numel() == 0:
                 continue
             b, h, _, d = layer.keys.shape
             gather = index[:, None, :, None].expand(b, h, width, d)
             layer.replace(layer.keys.gather(2, gather), layer.values.gather(2, gather))
-        self.mask = torch.arange(width)[None, :] < counts[:, None]
+        self.mask = columns < counts[:, None]

@@ -104,21 +104,17 @@ def sequence_logprobs(model, sequences: list[list[int]], temperature: float = 1.
     """
     decoder, head, cap = _parts(model)
     length = max(len(s) for s in sequences)
-    ids = torch.zeros(len(sequences), length, dtype=torch.long)
-    mask = torch.zeros(len(sequences), length, dtype=torch.long)
-    for i, s in enumerate(sequences):
-        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, :len(s)] = 1
     device = next(model.parameters()).device
-    ids, mask = ids.to(device), mask.to(device)
+    ids = torch.tensor([list(s) + [0] * (length - len(s)) for s in sequences], dtype=torch.long, device=device)
+    mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sequences], dtype=torch.long,
+                        device=device)
     hidden = decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
     wanted = mask.bool()
     if masks is not None:
-        wanted = torch.zeros_like(wanted)
         for i, m in enumerate(masks):
             if len(m) != len(sequences[i]):
                 raise ValueError(f"sequence {i} has {len(sequences[i])} tokens but its mask has {len(m)}")
-            wanted[i, :len(m)] = torch.tensor(m, dtype=torch.bool)
+        wanted = torch.tensor([list(m) + [0] * (length - len(m)) for m in masks], dtype=torch.bool, device=device)
     wanted[:, 0] = False  # nothing predicts the first token
     rows, cols = wanted.nonzero(as_tuple=True)
     h, t = hidden[rows, cols - 1], ids[rows, cols]  # the state before each wanted token, and the token
@@ -158,15 +154,10 @@ def micro_batches(trajectories: list[Trajectory], max_tokens: int) -> list[list[
 
 def padded_tensors(batch: list[Trajectory], length: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """old logprobs, mask and per-token advantages, right-padded to ``length``."""
-    old = torch.zeros(len(batch), length)
-    mask = torch.zeros(len(batch), length)
-    adv = torch.zeros(len(batch), length)
-    for i, t in enumerate(batch):
-        n = len(t.tokens)
-        old[i, :n] = torch.tensor(t.logprobs)
-        mask[i, :n] = torch.tensor(t.mask, dtype=torch.float32)
-        adv[i, :n] = float(t.advantage)
-    return old.to(device), mask.to(device), adv.to(device)
+    def padded(rows: list[list[float]]) -> torch.Tensor:  # one copy to the device per tensor
+        return torch.tensor([list(r) + [0.0] * (length - len(r)) for r in rows], dtype=torch.float32, device=device)
+    return (padded([t.logprobs for t in batch]), padded([t.mask for t in batch]),
+            padded([[float(t.advantage)] * len(t.tokens) for t in batch]))
 
 
 def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfig) -> dict[str, float]:

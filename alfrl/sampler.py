@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from alfrl.kvcache import GroupCache, supports_holes
+from alfrl.kvcache import GroupCache, model_device, supports_holes
 
 
 @dataclass
@@ -78,7 +78,11 @@ class GroupSession:
         """Live branch ids, in cache row order."""
         self.read: dict[int, list[int]] = {b: [] for b in self.branches}
         """Tokens whose keys/values are cached, per branch."""
-        self.generators = {b: torch.Generator().manual_seed(s) for b, s in zip(self.branches, seeds)}
+        self.device = model_device(model)
+        self.generators = {b: torch.Generator(device=self.device).manual_seed(s)
+                           for b, s in zip(self.branches, seeds)}
+        """One RNG per branch, on the model's device (where the probabilities are): a CPU run samples
+        exactly as before; a GPU run is reproducible on that GPU, not equal to a CPU run."""
         self.forward_tokens = 0
         """Token columns run through the model (shared prompts once, pad columns included)."""
         probe = GroupCache(model, 1)
@@ -141,7 +145,7 @@ class GroupSession:
     def _forward_each(self, tokens: list[list[int]]) -> torch.Tensor:
         rows = [c.forward([t], self.pad_id)[0] if t else None for c, t in zip(self.caches, tokens)]
         width = next(r.shape[-1] for r in rows if r is not None)
-        return torch.stack([r if r is not None else torch.zeros(width) for r in rows])
+        return torch.stack([r if r is not None else torch.zeros(width, device=self.device) for r in rows])
 
     def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
         """Read what is new in each branch's prompt, then sample one reply per branch."""
@@ -156,17 +160,24 @@ class GroupSession:
         running = set(live)
         for step in range(cfg.max_new_tokens):
             logp = token_distribution(logits, cfg.temperature, cfg.top_p)
+            rows = [i for i, b in enumerate(live) if b in running]
+            index = torch.tensor(rows, device=logp.device)
+            if cfg.temperature == 0:
+                picked = torch.argmax(logp[index], dim=-1)
+            else:
+                picked = torch.cat([torch.multinomial(logp[i].exp(), 1, generator=self.generators[live[i]])
+                                    for i in rows])
+            # two reads from the device per step, whatever the number of branches
+            picked_logp = logp[index, picked].tolist()
+            sampled = dict(zip(rows, zip(picked.tolist(), picked_logp)))
             feed = []
             for i, b in enumerate(live):
                 if b not in running:
                     feed.append([])
                     continue
-                if cfg.temperature == 0:
-                    token = int(torch.argmax(logp[i]))
-                else:
-                    token = int(torch.multinomial(logp[i].exp(), 1, generator=self.generators[b]))
+                token, token_logp = sampled[i]
                 tokens[b].append(token)
-                logprobs[b].append(float(logp[i, token]))
+                logprobs[b].append(token_logp)
                 if token in self.stop_ids:
                     stopped[b] = "eos"
                     running.discard(b)
