@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass
 
 TOOL_NAME = "alfworld_step"
@@ -88,8 +89,9 @@ class ParsedReply:
 
 
 _CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
-_XML_CALL = re.compile(r"^<function=([^>\n]*)>\s*(.*?)\s*</function>$", re.S)
-_XML_PARAM = re.compile(r"<parameter=([^>\n]*)>\n?(.*?)\n?</parameter>", re.S)
+_FUNCTION_OPEN, _FUNCTION_CLOSE = "<function=", "</function>"
+_PARAM_OPEN, _PARAM_CLOSE = "<parameter=", "</parameter>"
+_NAME_END = re.compile(r"[>\n]")
 
 
 def canonical_action(action: str) -> str:
@@ -101,26 +103,79 @@ def _reject(reason: str) -> ParsedReply:
     return ParsedReply(action=None, reason=reason)
 
 
+def _json(text: str) -> tuple[object, str]:
+    """(value, error) from JSON text. A sampled reply is untrusted: no input raises."""
+    try:
+        return json.loads(text), ""
+    except json.JSONDecodeError as e:
+        return None, f"{e.msg} at character {e.pos}"
+    except RecursionError:  # ~1,000 nested [ or {: in SmolLM2's tokenizer "[[" is one token
+        return None, "nested too deeply"
+    except ValueError:  # an integer longer than Python's int max str digits (4,300 by default)
+        limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
+        return None, f"a number has more than {limit} digits"
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """``text`` as repr, shortened: a reason is shown to the model and must stay short."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _xml_function(body: str) -> tuple[str, str] | None:
+    """(name, inside) of ``<function=NAME> ... </function>`` filling all of ``body``, else None.
+
+    Plain string scanning, linear in the length: a regex with ``\\s*(.*?)\\s*`` backtracks
+    cubically on long runs of spaces, which a sampled reply can hold.
+    """
+    if not body.startswith(_FUNCTION_OPEN) or not body.endswith(_FUNCTION_CLOSE):
+        return None
+    name_end = _NAME_END.search(body, len(_FUNCTION_OPEN))
+    if name_end is None or name_end.group() != ">" or name_end.end() > len(body) - len(_FUNCTION_CLOSE):
+        return None
+    return body[len(_FUNCTION_OPEN):name_end.start()], body[name_end.end():-len(_FUNCTION_CLOSE)].strip()
+
+
+def _xml_parameters(text: str) -> dict[str, str]:
+    """Every ``<parameter=NAME>\\nVALUE\\n</parameter>`` in ``text`` (one newline each side is dropped)."""
+    params, pos = {}, 0
+    while (start := text.find(_PARAM_OPEN, pos)) >= 0:
+        name_end = _NAME_END.search(text, start + len(_PARAM_OPEN))
+        if name_end is None:
+            break
+        if name_end.group() == "\n":  # no parameter name spans a line: go on after it
+            pos = name_end.end()
+            continue
+        close = text.find(_PARAM_CLOSE, name_end.end())
+        if close < 0:
+            break
+        value = text[name_end.end():close]
+        value = value[1:] if value.startswith("\n") else value
+        params[text[start + len(_PARAM_OPEN):name_end.start()].strip()] = value[:-1] if value.endswith("\n") else value
+        pos = close + len(_PARAM_CLOSE)
+    return params
+
+
 def _call_body(body: str) -> tuple[str | None, object, str]:
     """(tool name, arguments, error) from the inside of one ``<tool_call>`` block."""
     body = body.strip()
     if body.startswith("{"):
-        try:
-            call = json.loads(body)
-        except json.JSONDecodeError as e:
-            return None, None, f"the tool call is not valid JSON ({e.msg} at character {e.pos})"
+        call, error = _json(body)
+        if error:
+            return None, None, f"the tool call is not valid JSON ({error})"
         if not isinstance(call, dict) or "name" not in call or "arguments" not in call:
             return None, None, 'the tool call must be {"name": ..., "arguments": {"action": ...}}'
+        if not isinstance(call["name"], str):
+            return None, None, f'the tool\'s "name" must be the string "{TOOL_NAME}"'
         arguments = call["arguments"]
         if isinstance(arguments, str):  # some models encode the arguments as a JSON string
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
+            arguments, error = _json(arguments)
+            if error:
                 return None, None, "the tool call's arguments are not a JSON object"
-        return str(call["name"]), arguments, ""
-    match = _XML_CALL.match(body)
-    if match:
-        return match.group(1).strip(), {k.strip(): v for k, v in _XML_PARAM.findall(match.group(2))}, ""
+        return call["name"], arguments, ""
+    function = _xml_function(body)
+    if function:
+        name, inside = function
+        return name.strip(), _xml_parameters(inside), ""
     return None, None, "the tool call must hold a JSON object or <function=...> parameters"
 
 
@@ -142,7 +197,7 @@ def parse_reply(text: str) -> ParsedReply:
     if error:
         return _reject(error)
     if name != TOOL_NAME:
-        return _reject(f"unknown tool {name!r}; the only tool is {TOOL_NAME}")
+        return _reject(f"unknown tool {_shown(name)}; the only tool is {TOOL_NAME}")
     if not isinstance(arguments, dict) or not isinstance(arguments.get("action"), str):
         return _reject('the arguments must be {"action": "<one available action>"}')
     action = arguments["action"]
