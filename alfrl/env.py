@@ -14,20 +14,31 @@ Rules the rest of the course relies on:
   ``Nothing happens.``, keeps its admissible list and uses up one step;
 * ``reset`` checks that all K copies see the same first observation;
 * a worker that dies (or an exchange cut short, say by Ctrl-C) makes every later call
-  raise ``RuntimeError`` instead of hanging or reading stale answers; ``close`` still
-  stops every worker.
+  raise ``RuntimeError`` instead of hanging or reading stale answers; every ``reset``,
+  ``reset_each`` and ``step`` checks that each worker is alive, even a step whose actions
+  are all inadmissible (it sends nothing); ``close`` still stops every worker;
+* workers never outlive their parent: killed with SIGKILL or SIGTERM, it takes them with it
+  (a parent-death signal on Linux; elsewhere, and as a fallback, each worker watches its
+  pipe and its parent's pid).
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import re
 import signal
+import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Mapping
 
+WORKER_DIED_FIX = ("the games of its copies are lost. Close this GroupEnv (env.close()), make a new one and "
+                   "reset it. If workers keep dying, run with workers=0 to see the error in this process; "
+                   "exit code -9 (SIGKILL) is often the out-of-memory killer: use fewer workers or copies.")
 NOTHING_HAPPENS = "Nothing happens."
 """What ALFWorld answers to a command it cannot carry out."""
 TASK_RE = re.compile(r"Your task is to: (.*?)\s*$", re.S)
@@ -89,14 +100,53 @@ class _Copies:
             engine.close()
 
 
-def _serve(conn, ids: list[int]) -> None:
-    """A worker process: owns some copies and answers the parent's requests."""
+PARENT_POLL_S = 1.0
+"""How often an idle worker checks that its parent is still alive (the portable fallback)."""
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: ask the kernel to SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``).
+
+    The kernel sends it when the parent *thread* that forked us exits, so the GroupEnv only asks
+    for it when made in the main thread. Elsewhere (macOS) this does nothing and ``_serve``'s
+    pid polling is the only guard.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG; libc is loaded
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(0)
+
+
+def _parent_alive(conn, parent_pid: int) -> bool:
+    """Wait for the parent's next request; False once the parent is gone (its pid is no longer ours)."""
+    while not conn.poll(PARENT_POLL_S):
+        if os.getppid() != parent_pid:
+            return False
+    return True
+
+
+def _serve(conn, ids: list[int], parent_pid: int, pdeathsig: bool, inherited: list) -> None:
+    """A worker process: owns some copies and answers the parent's requests.
+
+    ``inherited``: the parent's ends of the pipes, which a forked worker holds copies of. They
+    are closed first: open here, they would keep the pipes alive after the parent died, and the
+    worker would never see EOF.
+    """
+    for other in inherited:
+        other.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not a handler inherited from the parent: terminate() stops us
+    if pdeathsig:
+        _die_with_parent(parent_pid)
     copies = None
     try:
         copies = _Copies(ids)
         conn.send(("ok", None))
-        while True:
+        while _parent_alive(conn, parent_pid):
             command, arg = conn.recv()
             if command == "close":
                 break
@@ -104,8 +154,8 @@ def _serve(conn, ids: list[int]) -> None:
                 conn.send(("ok", getattr(copies, command)(arg)))
             except Exception:
                 conn.send(("error", traceback.format_exc()))
-    except (EOFError, KeyboardInterrupt):
-        pass
+    except (EOFError, BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        pass  # the parent is gone
     except Exception:
         conn.send(("error", traceback.format_exc()))
     finally:
@@ -160,11 +210,16 @@ class GroupEnv:
             self._local = _Copies(list(range(self.k)))
             return
         # fork: workers start in milliseconds and need no __main__ guard in scripts.
-        ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
+        fork = "fork" in get_all_start_methods()
+        ctx = get_context("fork" if fork else "spawn")
+        # PR_SET_PDEATHSIG fires when the forking *thread* exits: only ask for it from the main thread
+        pdeathsig = threading.current_thread() is threading.main_thread()
         for w in range(self.workers):
             ids = list(range(w, self.k, self.workers))
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(child, ids), daemon=True, name=f"alfrl-env-{w}")
+            inherited = [parent, *self._conns] if fork else []  # a forked worker holds copies of these
+            proc = ctx.Process(target=_serve, args=(child, ids, os.getpid(), pdeathsig, inherited),
+                               daemon=True, name=f"alfrl-env-{w}")
             proc.start()
             child.close()
             self._procs.append(proc)
@@ -190,6 +245,7 @@ class GroupEnv:
             raise RuntimeError(f"this GroupEnv is unusable ({self._broken}); close it and make a new one")
         targets = per_worker if isinstance(per_worker, dict) else {w: per_worker for w in range(len(self._conns))}
         out, errors = {}, []
+        w = None
         try:
             for w, arg in targets.items():
                 self._conns[w].send((command, arg))
@@ -202,11 +258,12 @@ class GroupEnv:
         except BaseException as e:
             # A worker died (the pipe broke) or we were interrupted (Ctrl-C) mid-exchange: answers
             # may be missing or left in the pipes, so no later call could trust what it reads.
-            dead = [f"worker {w} (pid {p.pid}, exit code {p.exitcode})"
-                    for w, p in enumerate(self._procs) if not p.is_alive()]
-            self._broken = f"{', '.join(dead)} died" if dead else f"a call was cut short by {type(e).__name__}"
+            if isinstance(e, (OSError, EOFError)) and w is not None:
+                self._procs[w].join(timeout=2)  # its pipe can close a moment before it has exited
+            dead = self._dead()
+            self._broken = "; ".join(dead) if dead else f"a call was cut short by {type(e).__name__}"
             if isinstance(e, (OSError, EOFError)):
-                raise RuntimeError(f"a GroupEnv worker died: {self._broken}") from None
+                raise RuntimeError(f"GroupEnv {self._broken}: {WORKER_DIED_FIX}") from None
             raise
         if errors:
             raise RuntimeError(f"GroupEnv worker failed:\n{errors[0]}")
@@ -222,8 +279,35 @@ class GroupEnv:
         return self._call(command, by_worker)
 
     def _check_open(self) -> None:
+        """Refuse a closed GroupEnv, or one with a dead worker (checked on every reset and step)."""
         if self._closed:
             raise RuntimeError("this GroupEnv is closed; make a new one")
+        if self._broken:
+            raise RuntimeError(f"this GroupEnv is unusable ({self._broken}); close it and make a new one")
+        dead = self._dead()
+        if dead:
+            # A step whose actions are all inadmissible sends nothing to any worker: without this
+            # check a dead worker would go unnoticed as long as its copies got only bad actions.
+            self._broken = "; ".join(dead)
+            self.game = None
+            raise RuntimeError(f"GroupEnv {self._broken}: {WORKER_DIED_FIX}")
+
+    def _dead(self) -> list[str]:
+        """Each worker that has exited: which one, its pid, its copies and its exit code."""
+        dead = []
+        for w, proc in enumerate(self._procs):
+            code = proc.exitcode  # polls the process: None while it runs
+            if code is None:
+                continue
+            why = ""
+            if code < 0:
+                try:
+                    why = f" ({signal.Signals(-code).name})"
+                except ValueError:
+                    pass
+            copies = sorted(i for i, owner in self._owner.items() if owner == w)
+            dead.append(f"worker {w} (pid {proc.pid}, copies {copies}) exited with code {code}{why}")
+        return dead
 
     def reset(self, game) -> GroupReset:
         """Load ``game`` (a GameSpec or a game file) into every copy; check they start identical."""

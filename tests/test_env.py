@@ -393,3 +393,105 @@ def test_a_corrupt_game_fails_and_the_next_reset_works(tiny_games, engine, tmp_p
             for command, want in zip(g.walkthrough, expected):
                 out = env.step({0: command, 1: command})
                 assert seen(out[0]) == seen(out[1]) == want
+
+
+def test_a_dead_worker_is_found_even_when_no_action_reaches_it(tiny_games):
+    """Inadmissible actions are answered without a worker: the liveness check must not depend on them."""
+    g = game(tiny_games)
+    env = GroupEnv(k=2, workers=2)
+    procs = list(env._procs)
+    try:
+        env.reset(g)
+        os.kill(procs[1].pid, signal.SIGKILL)  # copy 1's worker
+        procs[1].join(timeout=10)
+        with deadline(30):
+            with pytest.raises(RuntimeError) as error:
+                env.step({0: None, 1: None})  # only invalid actions: nothing is sent to any worker
+            message = str(error.value)
+            assert f"worker 1 (pid {procs[1].pid}, copies [1]) exited with code -9 (SIGKILL)" in message
+            assert "Close this GroupEnv (env.close()), make a new one" in message
+            for call in (lambda: env.step({0: "go to nowhere 1"}), lambda: env.reset(g),
+                         lambda: env.reset_each([g, g])):
+                with pytest.raises(RuntimeError, match=r"unusable \(worker 1 .*close it and make a new one"):
+                    call()
+    finally:
+        env.close()
+    assert_stopped(procs)
+
+
+# ---------------------------------------------------------------- workers die with their parent
+
+ORPHAN_SCRIPT = r"""
+import json, os, sys, time
+import alfrl.engine  # imported once here, not in every worker
+import alfrl.env
+game, pdeathsig, bystander = sys.argv[1:]
+if pdeathsig == "off":  # only the portable fallback (pipe EOF, parent pid), as on macOS
+    alfrl.env._die_with_parent = lambda parent_pid: None
+env = alfrl.env.GroupEnv(k=2, workers=2)
+env.reset(game)
+extra = []
+if bystander == "on":  # another child of the parent, holding a copy of every pipe end: no EOF
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    extra.append(pid)
+print(json.dumps({"workers": [p.pid for p in env._procs], "others": extra}), flush=True)
+time.sleep(600)
+"""
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and is no zombie (exited, not yet reaped by its new parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return False  # gone meanwhile
+    import subprocess
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+@pytest.mark.parametrize("sig, pdeathsig, bystander", [
+    (signal.SIGKILL, "on", "off"),
+    (signal.SIGTERM, "on", "off"),
+    (signal.SIGKILL, "off", "on"),  # the portable fallback alone, with the pipes held open by another child
+])
+def test_workers_die_with_their_parent(tiny_games, sig, pdeathsig, bystander):
+    import json
+    import subprocess
+    import sys
+    import time
+    parent = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT, str(game(tiny_games).path), pdeathsig, bystander],
+                              stdout=subprocess.PIPE, text=True)
+    pids = {"workers": [], "others": []}
+    try:
+        with deadline(60):
+            line = parent.stdout.readline()
+        assert line, f"the parent script failed (exit code {parent.wait()})"
+        pids = json.loads(line)
+        assert len(pids["workers"]) == 2 and all(running(p) for p in pids["workers"])
+        os.kill(parent.pid, sig)
+        parent.wait(timeout=10)
+        end = time.monotonic() + 10
+        while any(running(p) for p in pids["workers"]) and time.monotonic() < end:
+            time.sleep(0.1)
+        left = [p for p in pids["workers"] if running(p)]
+        assert not left, f"workers {left} outlived their parent (killed with {sig.name})"
+    finally:
+        for pid in [parent.pid, *pids["workers"], *pids["others"]]:  # only processes this test started
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        parent.wait()
+        parent.stdout.close()
