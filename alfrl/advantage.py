@@ -75,7 +75,12 @@ def token_advantages(trajectory: Trajectory) -> torch.Tensor:
 
 
 def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None = None) -> dict[str, float]:
-    """What a training log wants to know about a batch of groups."""
+    """What a training log wants to know about a batch of groups.
+
+    The learning signal: ``success`` is the win rate at the rollout temperature; ``win_group_rate`` the
+    share of groups with at least one win (only those can teach winning: with p the win rate, a group of
+    K has one with probability 1 - (1-p)^K); ``spread_group_rate`` the share whose rewards differ at all
+    (the rest have advantage 0 everywhere and teach nothing)."""
     config = config or AdvantageConfig()
     trajectories = [t for g in groups for t in g]
     if not trajectories:
@@ -94,6 +99,8 @@ def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None =
         "admissible_rate": fmean(turn.admissible for turn in turns) if turns else 0.0,
         "degenerate_groups": degenerate,
         "degenerate_rate": degenerate / len(groups),
+        "spread_group_rate": 1 - degenerate / len(groups),
+        "win_group_rate": fmean(any(t.won for t in g) for g in groups),
         "mean_steps": fmean(t.steps for t in trajectories),
         "mean_tokens": fmean(len(t.tokens) for t in trajectories),
         "sampled_tokens": sum(t.sampled for t in trajectories),

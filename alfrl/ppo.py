@@ -20,7 +20,8 @@ the full-batch gradient.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -46,6 +47,15 @@ class PPOConfig:
     """Weight of a k3 KL-to-reference penalty (the model without its adapter); 0 = off, as in the reference."""
     temperature: float = 1.0
     """The sampling temperature: logprobs are recomputed at the temperature they were sampled at."""
+    top_p: float = 1.0
+    """The sampling nucleus: logprobs are renormalised over the same top-p set the sampler drew from."""
+    old_logprobs: str = "trainer"
+    """Where the ratio's denominator comes from: "trainer" recomputes it with the training forward at the
+    weights that sampled (verl's recomputed old_log_prob; exact whatever the sampler's precision or
+    kernels), "sampler" takes the sampler's own logprobs (the reference's choice; exact only in fp32)."""
+    bf16: bool = False
+    """bfloat16 autocast in the update's forward and backward (about 1.7x on a CPU with avx512_bf16;
+    LoRA weights, gradients and Adam stay float32). Use it with old_logprobs="trainer"."""
     micro_batch_tokens: int = 4096
     """Padded tokens per forward/backward pass; longer trajectories go alone."""
     logit_chunk: int = 1024
@@ -59,6 +69,12 @@ class PPOConfig:
     """Optimizer steps per pass (the batch's trajectories split evenly)."""
 
     def __post_init__(self):
+        if self.old_logprobs not in ("trainer", "sampler"):
+            raise ValueError(f"old_logprobs must be 'trainer' or 'sampler' (got {self.old_logprobs!r})")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.epochs < 1 or self.minibatches < 1:
+            raise ValueError(f"epochs and minibatches must be >= 1 (got {self.epochs}, {self.minibatches})")
         if not 0 < self.clip_low <= 1 <= self.clip_high:
             raise ValueError(f"need 0 < clip_low <= 1 <= clip_high (got {self.clip_low}, {self.clip_high})")
         if self.temperature <= 0:
@@ -83,16 +99,38 @@ def _parts(model):
     return decoder, base.get_output_embeddings(), cap
 
 
-def _chunk_logprobs(head, cap, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+def _chunk_logprobs(head, cap, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    top_p: float = 1.0) -> torch.Tensor:
     logits = head(hidden).float()
     if cap:
         logits = torch.tanh(logits / cap) * cap
     logp = torch.log_softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        logp = nucleus_logprobs(logp, targets, top_p)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
+def nucleus_logprobs(logp: torch.Tensor, targets: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``logp`` renormalised over the top-p nucleus, the set :func:`alfrl.sampler.token_distribution`
+    samples from (the smallest prefix of tokens, most likely first, whose mass reaches ``top_p``).
+
+    Which tokens are in the nucleus is a choice, not a function to differentiate: it is made without
+    gradient, and the token that was sampled always stays in (at the sampling weights it is in the
+    nucleus by construction; after an update it may have slipped out, and its ratio must stay finite).
+    """
+    with torch.no_grad():
+        sorted_logp, order = torch.sort(logp, dim=-1, descending=True)
+        p = sorted_logp.exp()
+        drop_sorted = p.cumsum(-1) - p >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        drop.scatter_(-1, targets.unsqueeze(-1), False)
+    kept = logp.masked_fill(drop, float("-inf"))
+    return kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+
+
 def sequence_logprobs(model, sequences: list[list[int]], temperature: float = 1.0,
-                      logit_chunk: int = 1024, masks: list[list[int]] | None = None) -> torch.Tensor:
+                      logit_chunk: int = 1024, masks: list[list[int]] | None = None,
+                      top_p: float = 1.0) -> torch.Tensor:
     """logp(token_i | tokens_<i) for each sequence, right-padded into one [batch, length] tensor
     (position 0 and padding are 0). Logits are made ``logit_chunk`` positions at a time and, when
     gradients are on, recomputed in the backward pass instead of stored.
@@ -120,7 +158,7 @@ def sequence_logprobs(model, sequences: list[list[int]], temperature: float = 1.
     h, t = hidden[rows, cols - 1], ids[rows, cols]  # the state before each wanted token, and the token
     pieces = []
     for start in range(0, len(rows), logit_chunk):
-        args = (head, cap, h[start:start + logit_chunk], t[start:start + logit_chunk], temperature)
+        args = (head, cap, h[start:start + logit_chunk], t[start:start + logit_chunk], temperature, top_p)
         if torch.is_grad_enabled():
             pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
         else:
@@ -160,8 +198,70 @@ def padded_tensors(batch: list[Trajectory], length: int, device) -> tuple[torch.
             padded([[float(t.advantage)] * len(t.tokens) for t in batch]))
 
 
-def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfig) -> dict[str, float]:
-    """One optimizer step on ``trajectories`` (each with ``advantage`` set); returns the update's metrics."""
+def _autocast(model, enabled: bool):
+    """bfloat16 autocast on the model's device when ``enabled`` (a no-op context otherwise)."""
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def _batch_logprobs(model, batch: list[Trajectory], config: PPOConfig) -> torch.Tensor:
+    with _autocast(model, config.bf16):
+        return sequence_logprobs(model, [t.tokens for t in batch], config.temperature, config.logit_chunk,
+                                 masks=[t.mask for t in batch], top_p=config.top_p)
+
+
+def sampler_gap(sampler: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How far the trainer's logprobs of the sampled tokens are from the sampler's, at the same weights:
+    the ratio exp(trainer - sampler) a PPO step would start from if it trusted the sampler (1 when the
+    two engines agree). Sums and extremes over the masked tokens (divide the sums by the token count)."""
+    on = mask.bool()
+    diff = (trainer - sampler)[on]
+    if diff.numel() == 0:
+        return {"gap_ratio_sum": 0.0, "gap_abs_sum": 0.0, "gap_ratio_min": 1.0, "gap_ratio_max": 1.0}
+    ratio = diff.exp()
+    return {"gap_ratio_sum": float(ratio.sum()), "gap_abs_sum": float(diff.abs().sum()),
+            "gap_ratio_min": float(ratio.min()), "gap_ratio_max": float(ratio.max())}
+
+
+def _gap_metrics(parts: list[dict[str, float]], tokens: int) -> dict[str, float]:
+    return {"sampler_ratio_mean": sum(p["gap_ratio_sum"] for p in parts) / tokens,
+            "sampler_ratio_min": min(p["gap_ratio_min"] for p in parts),
+            "sampler_ratio_max": max(p["gap_ratio_max"] for p in parts),
+            "sampler_abs_logprob_diff": sum(p["gap_abs_sum"] for p in parts) / tokens}
+
+
+def recompute_old_logprobs(policy, trajectories: list[Trajectory], config: PPOConfig
+                           ) -> tuple[list[Trajectory], dict[str, float]]:
+    """Copies of ``trajectories`` whose logprobs are the trainer's at the current weights (no gradient;
+    the same precision and micro-batches as the update), and the sampler/trainer gap they show."""
+    model = policy.model
+    device = next(model.parameters()).device
+    out: dict[int, Trajectory] = {}
+    parts = []
+    with torch.no_grad():
+        for batch in micro_batches(trajectories, config.micro_batch_tokens):
+            length = max(len(t.tokens) for t in batch)
+            trainer = _batch_logprobs(model, batch, config).float()
+            sampler, mask, _ = padded_tensors(batch, length, device)
+            parts.append(sampler_gap(sampler, trainer, mask))
+            for i, t in enumerate(batch):
+                out[id(t)] = replace(t, logprobs=trainer[i, :len(t.tokens)].tolist())
+    total = sum(sum(t.mask) for t in trajectories)
+    return [out[id(t)] for t in trajectories], _gap_metrics(parts, max(total, 1))
+
+
+def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfig,
+             own_old: bool = False) -> dict[str, float]:
+    """One optimizer step on ``trajectories`` (each with ``advantage`` set); returns the step's metrics.
+
+    The ratio statistics (``ratio_mean``, ``clip_fraction``, ``approx_kl``) are measured in this step's
+    forward pass, before its own optimizer step: they show how far *earlier* steps of the same update
+    moved the policy from the one that sampled. On the first step of an update they are 1, 0 and 0 by
+    construction.
+
+    ``own_old=True`` (the first step, with ``old_logprobs="trainer"``) takes the old logprobs from this
+    very forward pass (detached): the weights have not moved since sampling, so this *is* the trainer's
+    recomputation, for free. The sampler/trainer gap is then reported too.
+    """
     if not trajectories:
         raise ValueError("no trajectories to train on (every group was degenerate?)")
     if any(t.advantage is None for t in trajectories):
@@ -175,6 +275,8 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
     optimizer.zero_grad(set_to_none=True)
     sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "ratio": 0.0, "penalty": 0.0}
     ratio_max = 0.0
+    gaps = []
+    forward_seconds = backward_seconds = 0.0
     was_training = model.training
     model.train()
     if config.gradient_checkpointing:
@@ -182,22 +284,29 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
     try:
         for batch in micro_batches(trajectories, config.micro_batch_tokens):
             length = max(len(t.tokens) for t in batch)
-            new = sequence_logprobs(model, [t.tokens for t in batch], config.temperature, config.logit_chunk,
-                                    masks=[t.mask for t in batch])
+            tick = time.perf_counter()
+            new = _batch_logprobs(model, batch, config).float()
+            forward_seconds += time.perf_counter() - tick
             old, mask, adv = padded_tensors(batch, length, device)
+            if own_old:
+                gaps.append(sampler_gap(old, new.detach(), mask))
+                old = new.detach()
             token_loss, ratio = ppo_token_loss(new, old, adv, config.clip_low, config.clip_high)
             loss = (token_loss * mask).sum()
             log_ratio = (new - old).detach()
             k3 = (torch.exp(log_ratio) - 1) - log_ratio  # KL(old || new), estimated on the sampled tokens
             if config.kl_coef:
-                with torch.no_grad(), model.disable_adapter():
+                with torch.no_grad(), model.disable_adapter(), _autocast(model, config.bf16):
                     ref = sequence_logprobs(model, [t.tokens for t in batch], config.temperature,
-                                            config.logit_chunk, masks=[t.mask for t in batch])
+                                            config.logit_chunk, masks=[t.mask for t in batch],
+                                            top_p=config.top_p).float()
                 ref_log_ratio = ref - new
                 penalty = ((torch.exp(ref_log_ratio) - 1) - ref_log_ratio) * mask
                 loss = loss + config.kl_coef * penalty.sum()
                 sums["penalty"] += float(penalty.sum())
+            tick = time.perf_counter()
             (loss / total).backward()
+            backward_seconds += time.perf_counter() - tick
             with torch.no_grad():
                 r = ratio.detach()
                 outside = ((r < config.clip_low) & (adv < 0)) | ((r > config.clip_high) & (adv > 0))
@@ -213,17 +322,65 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
         model.train(was_training)
         if config.gradient_checkpointing:
             model.gradient_checkpointing_disable()
-    return {"loss": sums["loss"] / total, "clip_fraction": sums["clipped"] / total, "approx_kl": sums["kl"] / total,
-            "ratio_mean": sums["ratio"] / total, "ratio_max": ratio_max, "grad_norm": float(grad_norm),
-            "kl_penalty": sums["penalty"] / total, "tokens_trained": int(total),
-            "trajectories_trained": len(trajectories)}
+    metrics = {"loss": sums["loss"] / total, "clip_fraction": sums["clipped"] / total,
+               "approx_kl": sums["kl"] / total, "ratio_mean": sums["ratio"] / total, "ratio_max": ratio_max,
+               "grad_norm": float(grad_norm), "kl_penalty": sums["penalty"] / total, "tokens_trained": int(total),
+               "trajectories_trained": len(trajectories), "forward_seconds": forward_seconds,
+               "backward_seconds": backward_seconds}
+    if gaps:
+        metrics.update(_gap_metrics(gaps, total))
+    return metrics
 
 
 def ppo_update(policy, optimizer, trajectories: list[Trajectory], config: PPOConfig) -> list[dict[str, float]]:
-    """``epochs`` x ``minibatches`` optimizer steps over the batch; one metrics dict per step."""
+    """``epochs`` x ``minibatches`` optimizer steps over the batch; one metrics dict per step.
+
+    With ``old_logprobs="trainer"`` the old logprobs are the trainer's at the sampling weights. With one
+    step per update the step takes them from its own forward pass (free); with more, the whole batch is
+    recomputed once, without gradient, before the first step. The first step's metrics carry the
+    sampler/trainer gap (``sampler_ratio_mean`` and friends).
+
+    With one step per update (``epochs = minibatches = 1``) the ratio is 1 when the gradient is taken,
+    so the clip never acts: the update is group-baseline REINFORCE (the policy gradient with the group
+    mean as baseline). The clip starts to matter from the second step on; :func:`summarize_steps`
+    reports the ratio statistics of those steps only.
+    """
+    single = config.epochs == 1 and config.minibatches == 1
+    gap = {}
+    if config.old_logprobs == "trainer" and not single:
+        tick = time.perf_counter()
+        trajectories, gap = recompute_old_logprobs(policy, trajectories, config)
+        gap["recompute_seconds"] = time.perf_counter() - tick
+    size = -(-len(trajectories) // config.minibatches)
     steps = []
     for _ in range(config.epochs):
-        size = -(-len(trajectories) // config.minibatches)
         for start in range(0, len(trajectories), size):
-            steps.append(ppo_step(policy, optimizer, trajectories[start:start + size], config))
+            own = single and config.old_logprobs == "trainer"
+            steps.append(ppo_step(policy, optimizer, trajectories[start:start + size], config, own_old=own))
+    steps[0].update(gap)
     return steps
+
+
+RATIO_KEYS = ("clip_fraction", "approx_kl", "ratio_mean", "ratio_max")
+"""Metrics that measure how far the policy moved: meaningful only after the update's first step."""
+
+
+def summarize_steps(steps: list[dict[str, float]], passes: int = 1) -> dict[str, float | None]:
+    """One update's metrics from its steps: means over all steps, except the ratio statistics, which are
+    taken over the steps after the first (None when there is only one: the clip could not act) and the
+    sampler/trainer gap, which only the first step measures. ``passes``: the update's epochs (tokens and
+    trajectories trained are counted once per pass over the batch)."""
+    out: dict[str, float | None] = {}
+    for key in steps[0]:
+        if key in RATIO_KEYS:
+            later = [s[key] for s in steps[1:]]
+            out[key] = (max(later) if key == "ratio_max" else sum(later) / len(later)) if later else None
+        elif key.startswith("sampler_") or key == "recompute_seconds":
+            out[key] = steps[0][key]
+        elif key.endswith("_seconds"):
+            out[key] = sum(s[key] for s in steps)
+        else:
+            out[key] = sum(s[key] for s in steps) / len(steps)
+    for key in ("tokens_trained", "trajectories_trained"):  # once per pass, not per step
+        out[key] = int(sum(s[key] for s in steps) // max(1, passes))
+    return out

@@ -52,6 +52,18 @@ def test_degenerate_groups_are_counted_and_skipped():
     assert stats["degenerate_groups"] == 1 and stats["degenerate_rate"] == 0.5
 
 
+def test_signal_metrics_by_hand():
+    """Win rate at the rollout temperature, share of groups with a win, share with any reward spread."""
+    no_win_spread = [traj(False, 0, game="a"), traj(False, 2, game="a")]  # 0 vs -0.2: a spread, no win
+    flat = [traj(False, 1, game="b"), traj(False, 1, game="b")]  # -0.1 twice: nothing to learn
+    all_won = [traj(True, 0, game="c"), traj(True, 0, game="c")]  # wins, but all equal: no spread either
+    one_win = [traj(True, 1, game="d"), traj(False, 0, game="d")]
+    s = batch_stats([no_win_spread, flat, all_won, one_win])
+    assert s["success"] == 3 / 8
+    assert s["win_group_rate"] == 2 / 4
+    assert s["spread_group_rate"] == 2 / 4 and s["degenerate_groups"] == 2
+
+
 def test_token_advantages_are_zero_off_the_mask():
     (t,) = [traj(True, 0, mask=(0, 0, 1, 1, 0, 1))]
     t.advantage = 0.5
