@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from alfrl import pddl
-from alfrl.generate import write_game
+from alfrl.generate import game_id, write_game
 from alfrl.paths import PACK_DIR, games_dir
 
 PACK_FIELDS = ("split", "index", "task_id", "task_type", "scene", "pddl_params", "goal", "goals",
@@ -66,29 +66,53 @@ def read_pack(path: Path) -> list[dict]:
 def expand(pack: Path, root: Path, force: bool = False) -> int:
     """Write the games of ``pack`` under ``root/<split>/``; return how many were written.
 
-    Skips the work when ``root/<split>/.pack`` says this very pack was expanded there; a
-    split expanded from another pack is removed first, so no stale game lingers.
+    ``root/<split>/.pack`` stamps the pack expanded there (its SHA-256, then one game id a line).
+    When it names this very pack, only games whose files are missing (deleted, say, because they
+    were damaged) are written again: a stat per game, so a split never silently shrinks. A split
+    expanded from another pack is removed first, so no stale game lingers.
     """
     pack = _existing(pack)
     digest = hashlib.sha256(pack.read_bytes()).hexdigest()
     split = pack.name.split(".")[0]
-    stamp = Path(root) / split / ".pack"
-    if not force and stamp.exists() and stamp.read_text().strip() == digest:
-        return 0
+    split_dir = Path(root) / split
+    stamp = split_dir / ".pack"
+    stamped = stamp.read_text().split() if stamp.exists() else []
+    if not force and stamped[:1] == [digest]:
+        if len(stamped) > 1 and all(_expanded(split_dir / g) for g in stamped[1:]):
+            return 0
+        records = read_pack(pack)  # a game is missing, or an older stamp without the game list
+        missing = [r for r in records if not _expanded(split_dir / game_id(r))]
+        _write_games(missing, split_dir)
+        _write_stamp(stamp, digest, records)
+        return len(missing)
     records = read_pack(pack)
     if stamp.exists():  # games expanded from an older pack would linger beside the new ones
-        shutil.rmtree(stamp.parent)
+        shutil.rmtree(split_dir)
+    _write_games(records, split_dir)
+    _write_stamp(stamp, digest, records)
+    return len(records)
+
+
+def _expanded(folder: Path) -> bool:
+    """Whether a game's two files are there."""
+    return (folder / "game.tw-pddl").is_file() and (folder / "traj_data.json").is_file()
+
+
+def _write_games(records: list[dict], split_dir: Path) -> None:
+    """Write the records' game files, each checked against the generator's SHA-256."""
     mismatched = []
-    for record in tqdm(records, desc=f"expand {split}", unit="game", leave=False):
-        game = write_game(record, Path(root) / split)
+    for record in tqdm(records, desc=f"expand {split_dir.name}", unit="game", leave=False, disable=not records):
+        game = write_game(record, split_dir)
         if hashlib.sha256(game.read_bytes()).hexdigest() != record["sha256"]:
             mismatched.append(game)
     if mismatched:
         raise RuntimeError(f"{len(mismatched)} expanded games differ from the generator's (first: "
                            f"{mismatched[0]}); the installed alfworld is not the pinned one: "
                            "reinstall with `pip install -e .`")
-    stamp.write_text(digest + "\n")
-    return len(records)
+
+
+def _write_stamp(stamp: Path, digest: str, records: list[dict]) -> None:
+    stamp.write_text("".join(line + "\n" for line in [digest, *(game_id(r) for r in records)]))
 
 
 def default_packs() -> list[Path]:

@@ -27,8 +27,9 @@ def test_round_trip_is_byte_identical_to_generate(tiny_games, pack, tmp_path):
     generated = {k: v for k, v in game_files(tiny_games.root).items() if k.startswith(f"{SPLIT}/")}
     assert len(generated) == 12
     assert expanded == generated
-    stamp = tmp_path / "games" / SPLIT / ".pack"
-    assert stamp.read_text() == hashlib.sha256(pack.read_bytes()).hexdigest() + "\n"
+    stamp = tmp_path / "games" / SPLIT / ".pack"  # the pack's hash, then its games
+    assert stamp.read_text().splitlines() == [hashlib.sha256(pack.read_bytes()).hexdigest(),
+                                              *(game_id(r) for r in read_pack(pack))]
 
 
 def test_pack_holds_the_slim_records_in_index_order(tiny_games, pack, tmp_path):
@@ -52,12 +53,31 @@ def test_game_sha256_is_the_files_hash(tiny_games):
 def test_second_expand_is_skipped_and_force_rewrites(pack, tmp_path):
     root = tmp_path / "games"
     assert expand(pack, root) == 6
+    assert expand(pack, root) == 0  # the stamp says this pack is expanded here, and every game is
+    assert expand(pack, root, force=True) == 6
+
+
+def test_expand_restores_a_deleted_game(pack, tmp_path):
+    """What a corrupt game's error says to do (delete it, run setup) gives the whole split back."""
+    root = tmp_path / "games"
+    expand(pack, root)
+    before = game_files(root)
     victim = sorted((root / SPLIT).glob("*/*/game.tw-pddl"))[0]
     victim.unlink()
-    assert expand(pack, root) == 0  # the stamp says this pack is expanded here
-    assert not victim.exists()
-    assert expand(pack, root, force=True) == 6
-    assert victim.exists()
+    (sorted((root / SPLIT).glob("*/*/traj_data.json"))[1]).unlink()
+    assert expand(pack, root) == 2
+    assert game_files(root) == before
+    assert expand(pack, root) == 0
+
+
+def test_stamp_without_a_game_list_is_upgraded_in_place(pack, tmp_path):
+    """A split expanded by an older alfrl (stamp: the pack's hash only) is kept, and its stamp gains the list."""
+    root = tmp_path / "games"
+    expand(pack, root)
+    stamp = root / SPLIT / ".pack"
+    stamp.write_text(stamp.read_text().splitlines()[0] + "\n")
+    assert expand(pack, root) == 0
+    assert len(stamp.read_text().splitlines()) == 1 + 6
 
 
 def test_another_pack_is_expanded_over_a_stamp(tiny_games, pack, tmp_path):
@@ -66,7 +86,7 @@ def test_another_pack_is_expanded_over_a_stamp(tiny_games, pack, tmp_path):
     smaller = write_pack(tiny_games.records[SPLIT][:2], tmp_path / "other" / f"{SPLIT}.jsonl.xz")
     assert expand(smaller, root) == 2
     assert len(list((root / SPLIT).glob("*/*/game.tw-pddl"))) == 2  # the old pack's other games are gone
-    assert (root / SPLIT / ".pack").read_text().strip() == hashlib.sha256(smaller.read_bytes()).hexdigest()
+    assert (root / SPLIT / ".pack").read_text().split()[0] == hashlib.sha256(smaller.read_bytes()).hexdigest()
 
 
 def test_damaged_pack(pack, tmp_path):
