@@ -36,6 +36,10 @@ HOW_TO_GET_GAMES = (
     "    (default ~/.cache/alfworld/json_2.1.1); pass that folder as the data dir.")
 
 
+REPAIR = ("Delete that game's folder, then `python -m alfrl setup` writes it again (the course's generated "
+          "games; setup restores every game missing from its pack), or download or generate the games again.")
+
+
 @dataclass(frozen=True)
 class GameSpec:
     """One playable game: where it is and what it asks for."""
@@ -69,8 +73,7 @@ def _read_json(path: Path, what: str) -> dict:
     except FileNotFoundError:
         raise GameDataError(f"{path}: {what} is missing.\n{HOW_TO_GET_GAMES}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise GameDataError(f"{path}: corrupt or truncated {what} ({e}). Delete it and expand or "
-                            f"download the games again.\n{HOW_TO_GET_GAMES}") from None
+        raise GameDataError(f"{path}: corrupt or truncated {what} ({e}). {REPAIR}\n{HOW_TO_GET_GAMES}") from None
     if not isinstance(data, dict):
         raise GameDataError(f"{path}: {what} is not a JSON object; the file is corrupt.\n{HOW_TO_GET_GAMES}")
     return data
@@ -92,6 +95,9 @@ def read_game(path: Path, split: str = "") -> GameSpec | None:
     if missing or not isinstance(params, dict):
         what = f"keys {missing}" if missing else "traj_data 'pddl_params'"
         raise GameDataError(f"{path}: not a complete ALFWorld game (no {what}). Rebuild it.\n{HOW_TO_GET_GAMES}")
+    damage = _problem_damage(game["pddl_problem"])
+    if damage:
+        raise GameDataError(f"{path}: the game's PDDL problem is damaged ({damage}). {REPAIR}\n{HOW_TO_GET_GAMES}")
     if not game["solvable"]:
         return None
     goal = GOAL_RE.search(game["grammar"])
@@ -105,6 +111,60 @@ def read_game(path: Path, split: str = "") -> GameSpec | None:
                     parent_target=params.get("parent_target") or "",
                     toggle_target=params.get("toggle_target") or "",
                     receptacles=game["pddl_problem"].count("(receptacleType "))
+
+
+def _problem_damage(problem) -> str | None:
+    """What is wrong with a PDDL problem at a glance (a few string scans, so every game read is
+    checked: a truncated or garbled problem), or None. :func:`check_games` parses it for real."""
+    if not isinstance(problem, str):
+        return f"pddl_problem is a JSON {type(problem).__name__}, not text"
+    text = re.sub(r";[^\n]*", "", problem).lower()  # PDDL comments may hold brackets
+    opened, closed = text.count("("), text.count(")")
+    if opened != closed:
+        return f"{opened} '(' but {closed} ')': cut short or garbled"
+    missing = [s for s in ("(define", "(:objects", "(:init", "(:goal") if s not in text]
+    return f"no {', '.join(missing)}" if missing else None
+
+
+_PARSED_DOMAINS: dict[str, list] = {}
+"""Parsed PDDL domains by their text's SHA-256: every game of a data dir shares one, parsed once."""
+
+
+def check_games(games: list[GameSpec]) -> None:
+    """Parse each game's PDDL domain and problem as the engine will (fast_downward's parser, about 5 ms a
+    game, without the engine's translation) and check that every object the initial state names is
+    declared; a :class:`GameDataError` naming the first damaged file and what to do. Run it on the games
+    about to be played, before a run or evaluation folder is made."""
+    import contextlib
+    import hashlib
+    import io
+    import sys
+    argv = sys.argv
+    sys.argv = ["translate.py", "domain", "task"]  # fast_downward's options read sys.argv when imported
+    try:
+        from fast_downward.translate import pddl as downward_pddl
+        from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+    finally:
+        sys.argv = argv
+    for spec in games:
+        game = _read_json(spec.path, "game file")
+        try:
+            key = hashlib.sha256(game["pddl_domain"].encode()).hexdigest()
+            if key not in _PARSED_DOMAINS:
+                _PARSED_DOMAINS[key] = lisp_parser.parse_nested_list(game["pddl_domain"].split("\n"))
+            problem = lisp_parser.parse_nested_list(game["pddl_problem"].split("\n"))
+            with contextlib.redirect_stdout(io.StringIO()):
+                task = parsing_functions.parse_task(_PARSED_DOMAINS[key], problem)
+            declared = {o.name for o in task.objects}
+            for atom in task.init:
+                args = atom.args if isinstance(atom, downward_pddl.Atom) else getattr(
+                    getattr(atom, "fluent", None), "args", ())
+                undeclared = [a for a in args if a not in declared]
+                if undeclared:
+                    raise ValueError(f"the initial state names undeclared objects {undeclared}")
+        except Exception as e:  # the parser's ParseError, AssertionError, KeyError, ... all mean damage
+            raise GameDataError(f"{spec.path}: the game's PDDL cannot be parsed ({type(e).__name__}: {e}). "
+                                f"{REPAIR}\n{HOW_TO_GET_GAMES}") from None
 
 
 def find_game_files(split_dir: Path) -> list[Path]:

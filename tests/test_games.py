@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl.games import (HOW_TO_GET_GAMES, GameDataError, available_splits, by_task, find_game_files,
-                         load_games, read_game, resolve_data_dir, shuffled)
+from alfrl.games import (HOW_TO_GET_GAMES, GameDataError, available_splits, by_task, check_games,
+                         find_game_files, load_games, read_game, resolve_data_dir, shuffled)
 from alfrl.generate import game_id
 
 SPLIT = "valid_unseen"
@@ -276,3 +276,36 @@ def test_grammar_without_task_text(one_game, tmp_path):
     one_game.write_text(json.dumps(game))
     msg = _error(SPLIT, tmp_path)
     assert msg.startswith(f"{one_game}: the grammar has no task text;")
+
+
+def _edit_problem(game_file: Path, edit) -> None:
+    game = json.loads(game_file.read_text())
+    game["pddl_problem"] = edit(game["pddl_problem"])
+    game_file.write_text(json.dumps(game))
+
+
+def test_cut_short_pddl_problem_is_named_when_games_are_read(one_game, tmp_path):
+    """A valid game JSON whose PDDL problem is cut short: a clear error naming the file, not the engine's
+    ParseError when it is first played."""
+    _edit_problem(one_game, lambda p: p[:len(p) // 2])
+    msg = _error(SPLIT, tmp_path)
+    assert msg.startswith(f"{one_game}: the game's PDDL problem is damaged (")
+    assert "python -m alfrl setup" in msg and HOW_TO_GET_GAMES in msg
+
+
+@pytest.mark.parametrize("damage", [
+    lambda p: p.replace("(:init", "(:init (", 1).replace("(:goal", ")(:goal", 1),  # the engine: TypeError
+    lambda p: p.replace("(:init", "(:init\n (atLocation agent1 nowhere_1)", 1),  # the engine: KeyError
+])
+def test_garbled_pddl_problem_is_named_before_it_is_played(one_game, tmp_path, damage):
+    _edit_problem(one_game, damage)
+    games = load_games(SPLIT, tmp_path)  # passes the cheap check of every read
+    check_games([g for g in games if g.path != one_game])
+    with pytest.raises(GameDataError) as e:
+        check_games(games)
+    assert str(e.value).startswith(f"{one_game}: the game's PDDL cannot be parsed (")
+    assert "python -m alfrl setup" in str(e.value)
+
+
+def test_every_generated_and_official_game_passes_the_pddl_checks(tiny_games, real_data_dir):
+    check_games(tiny_games.games("valid_seen") + load_games("valid_seen", real_data_dir, limit=20))
