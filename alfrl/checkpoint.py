@@ -13,7 +13,8 @@
 A checkpoint is written to a temporary folder and renamed into place, so a kill leaves
 either the old checkpoint or the new one, never half of one. On resume, lines that
 metrics.jsonl and trajectories.jsonl gained after the last checkpoint are dropped: the
-update they came from is played again, so nothing is counted twice.
+update they came from is played again, so nothing is counted twice; a line torn by a kill in the
+middle of its write is dropped with a warning (:func:`read_jsonl`).
 """
 
 from __future__ import annotations
@@ -21,29 +22,21 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
 
 from alfrl.models import save_adapter
+from alfrl.rundir import RUN, RunDirError, prepare_output_dir  # noqa: F401 (RunDirError: its old home)
 
 CHECKPOINTS = "checkpoints"
 
 
-class RunDirError(Exception):
-    """A run directory that cannot be used as asked (exists, missing, or incomplete)."""
-
-
-def prepare_run_dir(run_dir: str | Path, overwrite: bool = False) -> Path:
-    """Create a fresh run directory; refuse to reuse a non-empty one unless ``overwrite``."""
-    path = Path(run_dir)
-    if path.exists() and any(path.iterdir()):
-        if not overwrite:
-            raise RunDirError(f"run directory {path} already exists and is not empty; continue it with "
-                              f"--resume {path}, choose another --run-dir, or pass --overwrite to replace it")
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def prepare_run_dir(run_dir: str | Path, overwrite: bool = False, kind: str = RUN, flag: str = "--out") -> Path:
+    """Create a fresh output folder of ``kind`` (see :mod:`alfrl.rundir`); refuse to reuse a non-empty one
+    unless ``overwrite``, and never replace a folder of another kind or one no alfrl command marked."""
+    return prepare_output_dir(run_dir, kind, overwrite=overwrite, flag=flag).path
 
 
 def rng_state() -> dict:
@@ -103,10 +96,11 @@ def load_state(checkpoint: Path, optimizer) -> dict:
 
 
 def truncate_jsonl(path: Path, max_step: int) -> None:
-    """Keep only lines whose ``step`` is at most ``max_step`` (the work a checkpoint holds)."""
+    """Keep only lines whose ``step`` is at most ``max_step`` (the work a checkpoint holds); a torn last
+    line is dropped too (see :func:`read_jsonl`)."""
     if not path.is_file():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= max_step]
+    keep = [line for line, record in _parse_jsonl(Path(path)) if record["step"] <= max_step]
     path.write_text("".join(line + "\n" for line in keep))
 
 
@@ -116,8 +110,41 @@ def append_jsonl(path: Path, records: list[dict]) -> None:
             f.write(json.dumps(record) + "\n")
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
+def read_jsonl(path: str | Path, repair: bool = False) -> list[dict]:
+    """The records of a JSONL file (none if it does not exist): the one reader of the package's
+    metrics.jsonl, trajectories.jsonl and records.jsonl.
+
+    A kill in the middle of a write leaves a torn last line: it is skipped with a warning naming the
+    file, and with ``repair`` the file is rewritten without it (do that before appending). A damaged
+    line before the last is an error naming the file and the line."""
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    parsed = _parse_jsonl(path)
+    if repair and path.read_text() != "".join(line + "\n" for line, _ in parsed):
+        path.write_text("".join(line + "\n" for line, _ in parsed))
+    return [record for _, record in parsed]
+
+
+def _parse_jsonl(path: Path) -> list[tuple[str, dict]]:
+    """(line, record) for every complete line of ``path``; a torn last line is left out with a warning."""
+    lines = path.read_text().splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError(f"a JSON {type(record).__name__}, not an object")
+        except ValueError as e:  # json.JSONDecodeError is a ValueError
+            if i == last:
+                warnings.warn(f"{path}: skipped its torn last line {i + 1} (a write cut short, e.g. by a "
+                              f"kill): {line[:60]!r}", stacklevel=3)
+                break
+            raise ValueError(f"{path}, line {i + 1}: not a JSON record ({e}); the file is damaged: delete or "
+                             "fix that line (and the lines after it if they are damaged too), or start "
+                             "over in a new folder") from None
+        out.append((line, record))
+    return out

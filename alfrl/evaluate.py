@@ -10,6 +10,7 @@ interrupted evaluation continues with ``--resume``) and ``OUT/summary.json``.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,11 +21,13 @@ import torch
 from tqdm.auto import tqdm
 
 from alfrl import TASK_TYPES
+from alfrl.checkpoint import read_jsonl
 from alfrl.env import GroupEnv
-from alfrl.games import load_games
-from alfrl.models import BUNDLED, load_policy
+from alfrl.games import check_games, load_games
+from alfrl.models import BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import END_REASONS, RolloutConfig, rollout_games
+from alfrl.rundir import CONFIG, EVAL, Prepared, check_output_dir, prepare_output_dir, read_config
 
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
 SHORT_TASK_NAMES = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep":
@@ -82,6 +85,16 @@ class EvalConfig:
             return EVAL_SPLITS
         return (self.split,)
 
+    def check(self) -> None:
+        """A clear error for any setting that cannot work (before anything is loaded or written)."""
+        at_least = {"max_steps": 1, "max_trajectory_tokens": 1, "max_new_tokens": 1, "batch": 1, "limit": 1,
+                    "max_expert_steps": 1, "max_receptacles": 1, "threads": 1, "temperature": 0}
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if value is not None and not value >= low:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least {low} (got {value!r})")
+        resolve_dtype(self.dtype, resolve_device(self.device))
+
 
 def game_record(split: str, trajectory) -> dict:
     """One evaluation line: the outcome, the rates, and the whole trajectory."""
@@ -123,46 +136,71 @@ RESUMABLE = ("out", "overwrite", "resume", "batch", "threads", "limit")
 ``limit`` adds games: the sample is a prefix of one seeded order)."""
 
 
-def _prepare(config: EvalConfig) -> tuple[Path, set[tuple[str, str]]]:
+def _prepare(config: EvalConfig, games: list) -> tuple[Prepared, set[tuple[str, str]]]:
+    """The output folder by :mod:`alfrl.rundir`'s policy (an evaluation folder, never a training run),
+    and the games it already holds. Everything is checked before the folder is touched."""
     out = Path(config.out)
     records = out / "records.jsonl"
     done: set[tuple[str, str]] = set()
-    if config.resume and config.overwrite:
-        raise ValueError("pass --resume (continue the results in --out) or --overwrite (replace them), not both")
-    if records.exists():
-        if config.resume:
-            saved = json.loads((out / "config.json").read_text()) if (out / "config.json").exists() else {}
-            changed = sorted(k for k, v in asdict(config).items() if k not in RESUMABLE and saved.get(k, v) != v)
-            if changed:
-                raise ValueError(f"{out} holds results made with other settings ({', '.join(f'{k}={saved[k]!r}' for k in changed)}); "
-                                 "resume with the same settings, or pass --overwrite, or choose another --out")
-            done = {(r["split"], r["game_id"]) for r in read_records(out)}
-        elif config.overwrite:
-            records.unlink()
-            (out / "summary.json").unlink(missing_ok=True)
-        else:
-            raise FileExistsError(f"{out} already holds evaluation results; pass --resume to continue them, "
-                                  "--overwrite to replace them, or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
-    return out, done
+    check_output_dir(out, EVAL, overwrite=config.overwrite, resume=config.resume, flag="--out")
+    if config.resume and records.exists():
+        saved = read_config(out) or {}
+        changed = sorted(k for k, v in asdict(config).items() if k not in RESUMABLE and saved.get(k, v) != v)
+        if changed:
+            raise ValueError(f"{out} holds results made with other settings ({', '.join(f'{k}={saved[k]!r}' for k in changed)}); "
+                             "resume with the same settings, or pass --overwrite, or choose another --out")
+        # repair: a torn last line (a kill in the middle of a write) goes before new lines are appended
+        done = {(r["split"], r["game_id"]) for r in read_jsonl(records, repair=True)}
+    check_games([g for s, g in games if (s, g.game_id) not in done])  # damaged PDDL, before anything is made
+    prepared = prepare_output_dir(out, EVAL, overwrite=config.overwrite, resume=config.resume, flag="--out")
+    (out / CONFIG).write_text(json.dumps(asdict(config), indent=2))
+    return prepared, done
 
 
 def read_records(out: str | Path) -> list[dict]:
-    path = Path(out) / "records.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """The records of an evaluation folder (a torn last line is skipped with a warning)."""
+    return read_jsonl(Path(out) / "records.jsonl")
 
 
 def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = True) -> dict:
-    """Play every selected game once; write records and a summary; return the summary."""
+    """Play every selected game once; write records and a summary; return the summary.
+
+    The settings, the adapter, the games and the output folder are checked before anything is written,
+    and an evaluation that fails before its first record leaves nothing behind: a folder it made is
+    removed, and an existing one keeps only what it held before."""
     config = config or EvalConfig()
-    out, done = _prepare(config)
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    config.check()
+    if policy is None and config.adapter:
+        check_adapter(config.adapter, config.model)
     games = [(split, g) for split in config.splits()
              for g in load_games(split, config.data_dir, limit=config.limit, seed=0 if config.limit else None,
                                   max_expert_steps=config.max_expert_steps,
                                   max_receptacles=config.max_receptacles)]
+    out = Path(config.out)
+    had_config = (out / CONFIG).is_file() and not config.overwrite
+    prepared, done = _prepare(config, games)
+    try:
+        return _play(config, policy, games, done, out, progress)
+    except BaseException:
+        records = out / "records.jsonl"
+        if not (records.is_file() and records.stat().st_size):  # nothing recorded: leave the folder as it was
+            _remove_leftovers(prepared, had_config)
+        raise
+
+
+def _remove_leftovers(prepared: Prepared, had_config: bool) -> None:
+    """Undo what a failed evaluation wrote before its first record (never a folder that existed before)."""
+    if prepared.created:
+        shutil.rmtree(prepared.path, ignore_errors=True)
+        return
+    (prepared.path / "records.jsonl").unlink(missing_ok=True)  # empty: no records
+    if not had_config:
+        (prepared.path / CONFIG).unlink(missing_ok=True)
+
+
+def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], out: Path, progress: bool) -> dict:
+    if config.threads:
+        torch.set_num_threads(config.threads)
     todo = [(s, g) for s, g in games if (s, g.game_id) not in done]
     selected = {(s, g.game_id) for s, g in games}
     if not todo:  # a finished evaluation: no model to load
@@ -174,8 +212,6 @@ def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = Tru
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
                             max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                             seed=config.seed, workers=0)
-    if config.batch < 1:
-        raise ValueError(f"batch must be at least 1 (got {config.batch})")
     bar = tqdm(total=len(todo), desc=f"eval {config.split}", unit="game", disable=not progress)
     won = played = 0
     env = None

@@ -216,6 +216,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     from transformers import AutoModelForCausalLM
 
     name = resolve_model(model)
+    if lora is not None and not isinstance(lora, LoraSpec):
+        check_adapter(lora, model)  # a damaged adapter fails at once, before the model loads
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     try:
@@ -240,11 +242,41 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
         net = get_peft_model(base, config)
     else:
         from peft import PeftModel
-        adapter = resolve_adapter(lora, model)
-        if not (adapter / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{adapter} holds no LoRA adapter (no adapter_config.json)")
-        net = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+        adapter = check_adapter(lora, model)
+        try:
+            net = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+        except (KeyError, TypeError, ValueError) as e:  # a config peft cannot use (checked keys aside)
+            raise ValueError(f"could not load the LoRA adapter in {adapter} ({type(e).__name__}: {e}); "
+                             f"{ADAPTER_FIX}") from None
     return Policy(model=net, tokenizer=tokenizer, name=model)
+
+
+ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or python -m alfrl sft), restore "
+               "the shipped warm start with git checkout -- data/warmstart, or pass another adapter")
+
+
+def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
+    """The folder of a saved LoRA adapter (``"warmstart"``: the shipped one), checked without loading
+    anything: a clear error naming the folder or file if it is missing or its adapter_config.json is
+    damaged, so a run can check it before it creates its folder."""
+    path = resolve_adapter(adapter, model)
+    if not path.is_dir():
+        raise FileNotFoundError(f"adapter folder {path} does not exist; pass the adapter folder of a checkpoint "
+                                "(e.g. runs/cpu/checkpoints/step_00004/adapter) or of python -m alfrl sft "
+                                "(e.g. runs/sft/adapter)")
+    config = path / "adapter_config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"{path} holds no LoRA adapter (no adapter_config.json)")
+    import json
+    try:
+        data = json.loads(config.read_text())
+    except ValueError as e:  # not JSON, or not text
+        raise ValueError(f"{config} is not valid JSON ({e}); {ADAPTER_FIX}") from None
+    if not isinstance(data, dict) or data.get("peft_type") != "LORA":
+        found = f"peft_type {data.get('peft_type')!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        raise ValueError(f"{config} is not a LoRA adapter's config (it holds {found}, not an object with "
+                         f"peft_type 'LORA'); {ADAPTER_FIX}")
+    return path
 
 
 def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:

@@ -23,13 +23,14 @@ import torch
 from tqdm.auto import tqdm
 
 from alfrl.advantage import AdvantageConfig, assign_advantages, batch_stats
-from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, prepare_run_dir, read_jsonl,
-                              save_checkpoint, truncate_jsonl)
-from alfrl.games import load_games
+from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, save_checkpoint,
+                              truncate_jsonl)
+from alfrl.games import check_games, load_games
 from alfrl.models import BUNDLED, LoraSpec, load_policy
 from alfrl.plots import plot_training
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_update
 from alfrl.rollout import RolloutConfig, rollout_batch
+from alfrl.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
 
 
 @dataclass
@@ -173,28 +174,131 @@ def load_for_training(config: TrainConfig, adapter: str | None = None):
     return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device)
 
 
+_AT_LEAST = {"updates": 1, "games_per_update": 1, "k": 1, "max_steps": 1, "max_trajectory_tokens": 1,
+             "max_new_tokens": 1, "groups_per_batch": 1, "epochs": 1, "minibatches": 1, "micro_batch_tokens": 1,
+             "checkpoint_every": 1, "keep_checkpoints": 0, "workers": 0, "threads": 1, "lora_rank": 1,
+             "lora_alpha": 1, "max_expert_steps": 1, "max_receptacles": 1, "kl_coef": 0, "clip_high": 1,
+             "beta1": 0, "beta2": 0}
+_ABOVE = {"temperature": 0, "top_p": 0, "lr": 0, "max_grad_norm": 0, "clip_low": 0}
+_AT_MOST = {"top_p": 1, "clip_low": 1}
+_BELOW = {"beta1": 1, "beta2": 1}
+
+
+def _fits(value, tp) -> bool:
+    """Whether ``value`` has the field type ``tp`` (as JSON gives it back); unknown types pass."""
+    import types
+    import typing
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(_fits(value, t) for t in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp in (str, bool):
+        return isinstance(value, tp)
+    return True
+
+
+def check_config(config: TrainConfig) -> None:
+    """A clear error for any setting that cannot work: types, ranges, device and dtype, a local model
+    folder, the initial adapter. :func:`train` calls it before it makes a run directory or loads a model,
+    so a failed start leaves nothing behind."""
+    import dataclasses
+    import typing
+
+    from alfrl.models import check_adapter, resolve_device, resolve_dtype, resolve_model
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        value = getattr(config, f.name)
+        if not _fits(value, hints[f.name]):
+            raise ValueError(f"{f.name} must be of type {hints[f.name]} (got {value!r})")
+    flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+    for name, value in ((n, getattr(config, n, None)) for n in {**_AT_LEAST, **_ABOVE, **_AT_MOST, **_BELOW}):
+        if value is None:
+            continue
+        if name in _AT_LEAST and not value >= _AT_LEAST[name]:
+            raise ValueError(f"{flag(name)} must be at least {_AT_LEAST[name]} (got {value!r})")
+        if name in _ABOVE and not value > _ABOVE[name]:
+            why = (": the update divides the logits by it; sample near-greedily with a small value such as 0.1 "
+                   "(python -m alfrl eval --temperature 0 evaluates greedily)") if name == "temperature" else ""
+            raise ValueError(f"{flag(name)} must be above {_ABOVE[name]} (got {value!r}){why}")
+        if name in _AT_MOST and not value <= _AT_MOST[name]:
+            raise ValueError(f"{flag(name)} must be at most {_AT_MOST[name]} (got {value!r})")
+        if name in _BELOW and not value < _BELOW[name]:
+            raise ValueError(f"{flag(name)} must be below {_BELOW[name]} (got {value!r})")
+    resolve_dtype(config.dtype, resolve_device(config.device))
+    if config.model != BUNDLED:
+        resolve_model(config.model)  # a local folder must hold a model; a hub id is checked when loaded
+    if config.init_adapter not in (None, "", "none"):
+        check_adapter(config.init_adapter, config.model)
+
+
+def _saved_config(run_dir: Path, updates: int | None) -> TrainConfig:
+    """The config a run directory was started with (``updates`` may raise its number of updates), with a
+    clear error naming the file if it is not this alfrl's TrainConfig."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json); start a run with "
+                                "python -m alfrl train --run-dir ...")
+    try:
+        saved = json.loads(path.read_text())
+    except ValueError as e:  # not JSON, or not text
+        raise ValueError(f"{path} is not valid JSON ({e}): the run's config is damaged; repair it by hand "
+                         "(see TrainConfig for its fields) or start a new run with --run-dir") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} holds a JSON {type(saved).__name__}, not a run's settings; repair it by hand "
+                         "(see TrainConfig for its fields) or start a new run with --run-dir")
+    if folder_kind(run_dir) in (EVAL, RUN):  # another command's folder: say so, not which keys differ
+        check_output_dir(run_dir, TRAIN, resume=True, flag="--resume")
+    fields = {f for f in TrainConfig.__dataclass_fields__}
+    unknown = sorted(set(saved) - fields)
+    if unknown:
+        raise ValueError(f"{path} has settings this version of alfrl does not know: {', '.join(unknown)}; it was "
+                         "written by another version or another program. Start a new run with --run-dir, or "
+                         "remove those keys from the file if you know they change nothing")
+    check_output_dir(run_dir, TRAIN, resume=True, flag="--resume")  # e.g. no run_dir: not a training run
+    # Missing keys are fields added to TrainConfig after the run started. Taking their defaults is safe
+    # (every field has one that works), but where a default differs from what the older code did, the
+    # resumed updates differ from the earlier ones: the note names them.
+    missing = sorted(fields - set(saved))
+    if missing:
+        defaults = TrainConfig()
+        print(f"note: {path} has no {', '.join(missing)} (written by an older alfrl); resuming with the "
+              f"defaults {', '.join(f'{k}={getattr(defaults, k)!r}' for k in missing)}", file=sys.stderr)
+    config = TrainConfig(**saved)
+    return replace(config, run_dir=str(run_dir), updates=max(updates or 0, config.updates))  # only raises
+
+
 def train(config: TrainConfig | None = None, resume: str | Path | None = None, updates: int | None = None,
           progress: bool = True, on_update=None) -> list[dict]:
     """Run training, or ``resume`` the run in that directory with its saved config (``updates``
     raises its number of updates). Returns every update's metrics; ``on_update(metrics_so_far)``
-    is called after each update (notebooks redraw their plots there)."""
+    is called after each update (notebooks redraw their plots there).
+
+    The config, the initial adapter, the games and the run directory (:mod:`alfrl.rundir`'s policy:
+    never another command's folder) are checked before anything is written."""
     if resume is not None:
         run_dir = Path(resume)
-        if not (run_dir / "config.json").is_file():
-            raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json); start a run with "
-                                    "python -m alfrl train --run-dir ...")
-        config = TrainConfig(**json.loads((run_dir / "config.json").read_text()))
-        config = replace(config, run_dir=str(run_dir), updates=max(updates or 0, config.updates))  # only raises
-        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+        config = _saved_config(run_dir, updates)
     else:
         config = replace(config or TrainConfig(), updates=updates or (config or TrainConfig()).updates)
-        run_dir = prepare_run_dir(config.run_dir, config.overwrite)
-        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
-    if config.threads:
-        torch.set_num_threads(config.threads)
+        run_dir = Path(config.run_dir)
+    check_config(config)
+    check_output_dir(run_dir, TRAIN, overwrite=config.overwrite and resume is None, resume=resume is not None,
+                     flag="--resume" if resume is not None else "--run-dir")
     games = training_games(config)
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     done = json.loads((checkpoint / "state.json").read_text())["step"] if checkpoint else 0
+    # damaged PDDL in the games this run will play (a few ms a game), before anything is written
+    check_games(list({g.path: g for step in range(done + 1, config.updates + 1)
+                      for g in games_for_update(games, step, config.games_per_update)}.values()))
+    if resume is None:
+        run_dir = prepare_output_dir(run_dir, TRAIN, overwrite=config.overwrite, flag="--run-dir").path
+    (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    if config.threads:
+        torch.set_num_threads(config.threads)
     truncate_jsonl(run_dir / "metrics.jsonl", done)
     truncate_jsonl(run_dir / "trajectories.jsonl", done)
     history = read_jsonl(run_dir / "metrics.jsonl")

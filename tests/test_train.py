@@ -25,11 +25,15 @@ def tiny(tmp_path, tiny_games, **overrides) -> TrainConfig:
 
 
 def test_refuses_to_overwrite_a_run(tmp_path):
-    run = prepare_run_dir(tmp_path / "run")
+    run = prepare_run_dir(tmp_path / "run", kind="train", flag="--run-dir")
+    (run / "config.json").write_text(json.dumps({"run_dir": str(run)}))  # what marks a training run
     (run / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(RunDirError, match="--resume"):
-        prepare_run_dir(run)
-    assert not any(prepare_run_dir(run, overwrite=True).iterdir())
+        prepare_run_dir(run, kind="train", flag="--run-dir")
+    assert not any(prepare_run_dir(run, overwrite=True, kind="train").iterdir())
+    (run / "metrics.jsonl").write_text("{}\n")  # no config.json: not a run, never deleted (tests/test_rundir.py)
+    with pytest.raises(RunDirError, match="not a folder any alfrl command wrote"):
+        prepare_run_dir(run, overwrite=True, kind="train")
 
 
 def test_presets_and_flags():
