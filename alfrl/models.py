@@ -309,3 +309,25 @@ def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None
         save_file({k: v.to(getattr(torch, dtype)) for k, v in load_file(path).items()}, path,
                   metadata={"format": "pt"})
     return directory
+
+
+def sampling_copy(policy: Policy, dtype: str = "bfloat16") -> Policy:
+    """A frozen copy of ``policy`` for rollouts: its LoRA adapter merged into the weights, cast to ``dtype``.
+
+    The rollout engine and the trainer need not be the same program (verl samples with vLLM and trains
+    with FSDP). Here the copy has no adapter layers to run, and in bfloat16 it reads half the bytes per
+    decode step, its KV cache included: on a CPU a decode step over long histories is bound by memory
+    bandwidth. It samples from a slightly different distribution than the float32 trainer computes, so
+    train with the trainer's recomputed old logprobs (``old_logprobs="trainer"``); the update logs the gap.
+    Make a new copy after every update (a second or so for the small model).
+    """
+    import copy
+
+    import torch
+    model = copy.deepcopy(policy.model)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model = model.to(getattr(torch, dtype)).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return Policy(model=model, tokenizer=policy.tokenizer, name=f"{policy.name} (merged, {dtype}, for sampling)")

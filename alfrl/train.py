@@ -22,13 +22,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from alfrl.advantage import AdvantageConfig, assign_advantages, batch_stats
+from alfrl.advantage import AdvantageConfig, assign_advantages, batch_stats, episode_reward, is_degenerate
 from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, save_checkpoint,
                               truncate_jsonl)
 from alfrl.games import check_games, load_games
-from alfrl.models import BUNDLED, LoraSpec, load_policy
+from alfrl.models import BUNDLED, LoraSpec, load_policy, sampling_copy
 from alfrl.plots import plot_training
-from alfrl.ppo import PPOConfig, make_optimizer, ppo_update
+from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
 from alfrl.rollout import RolloutConfig, rollout_batch
 from alfrl.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
 
@@ -101,7 +101,21 @@ class TrainConfig:
     epochs: int = 1
     """Passes over each batch."""
     minibatches: int = 1
-    """Optimizer steps per pass."""
+    """Optimizer steps per pass. With epochs = minibatches = 1 the ratio is 1 whenever a gradient is taken,
+    so the clip never acts: the update is group-baseline REINFORCE. From 2 on, later steps are clipped."""
+    old_logprobs: str = "trainer"
+    """The ratio's denominator: "trainer" (recomputed by the update at the sampling weights: exact in any
+    precision) or "sampler" (the sampler's own logprobs, exact only in float32)."""
+    bf16: bool = False
+    """bfloat16 autocast in the update (about 1.7x on a CPU with avx512_bf16); LoRA and Adam stay float32."""
+    sample_dtype: str | None = None
+    """Roll out with a copy of the policy whose adapter is merged and cast to this dtype ("bfloat16":
+    half the bytes per decode step, KV cache included); None: sample with the trained model itself."""
+    dynamic_sampling: bool = False
+    """DAPO-style: drop groups whose rewards are all equal and play more games (groups_per_batch at a
+    time) until games_per_update groups have a reward spread, or max_groups_per_update were played."""
+    max_groups_per_update: int = 8
+    """With dynamic_sampling: the most groups played for one update (the cap on extra rollouts)."""
     micro_batch_tokens: int = 4096
     """Padded tokens per forward/backward pass (lower it if memory runs out)."""
     gradient_checkpointing: bool = True
@@ -129,14 +143,16 @@ class TrainConfig:
                          beta2=self.beta2, max_grad_norm=self.max_grad_norm, kl_coef=self.kl_coef,
                          temperature=self.temperature, micro_batch_tokens=self.micro_batch_tokens,
                          gradient_checkpointing=self.gradient_checkpointing, epochs=self.epochs,
-                         minibatches=self.minibatches)
+                         minibatches=self.minibatches, top_p=self.top_p, old_logprobs=self.old_logprobs,
+                         bf16=self.bf16)
 
     def advantage(self) -> AdvantageConfig:
         return AdvantageConfig(invalid_penalty=self.invalid_penalty, normalize_std=self.normalize_std)
 
 
 PRESETS: dict[str, dict] = {
-    "cpu": {},
+    "cpu": dict(k=8, temperature=0.7, bf16=True, gradient_checkpointing=False, dynamic_sampling=True,
+                max_groups_per_update=4, lr=1e-4, updates=8),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
@@ -160,9 +176,15 @@ def training_games(config: TrainConfig) -> list:
 
 
 def games_for_update(games: list, step: int, per_update: int) -> list:
-    """The games of update ``step`` (1-based): the next ``per_update`` of the shuffled list, wrapping."""
-    start = (step - 1) * per_update
-    return [games[(start + i) % len(games)] for i in range(per_update)]
+    """The games of update ``step`` (1-based) when every update plays ``per_update`` games: the next
+    ``per_update`` of the shuffled list, wrapping."""
+    return games_at(games, (step - 1) * per_update, per_update)
+
+
+def games_at(games: list, cursor: int, n: int) -> list:
+    """``n`` games of the shuffled list from position ``cursor`` on, wrapping. The cursor counts games
+    played so far; it is checkpointed, so a resumed run continues with the next game."""
+    return [games[(cursor + i) % len(games)] for i in range(n)]
 
 
 def load_for_training(config: TrainConfig, adapter: str | None = None):
@@ -174,7 +196,7 @@ def load_for_training(config: TrainConfig, adapter: str | None = None):
     return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device)
 
 
-_AT_LEAST = {"updates": 1, "games_per_update": 1, "k": 1, "max_steps": 1, "max_trajectory_tokens": 1,
+_AT_LEAST = {"updates": 1, "games_per_update": 1, "max_groups_per_update": 1, "k": 1, "max_steps": 1, "max_trajectory_tokens": 1,
              "max_new_tokens": 1, "groups_per_batch": 1, "epochs": 1, "minibatches": 1, "micro_batch_tokens": 1,
              "checkpoint_every": 1, "keep_checkpoints": 0, "workers": 0, "threads": 1, "lora_rank": 1,
              "lora_alpha": 1, "max_expert_steps": 1, "max_receptacles": 1, "kl_coef": 0, "clip_high": 1,
@@ -228,7 +250,16 @@ def check_config(config: TrainConfig) -> None:
             raise ValueError(f"{flag(name)} must be at most {_AT_MOST[name]} (got {value!r})")
         if name in _BELOW and not value < _BELOW[name]:
             raise ValueError(f"{flag(name)} must be below {_BELOW[name]} (got {value!r})")
+    if config.dynamic_sampling and config.max_groups_per_update < config.games_per_update:
+        raise ValueError(f"--max-groups-per-update ({config.max_groups_per_update}) must be at least "
+                         f"--games-per-update ({config.games_per_update}) with --dynamic-sampling")
+    config.ppo(), config.rollout(1), config.advantage()  # their own checks (old_logprobs, top_p, ...)
     resolve_dtype(config.dtype, resolve_device(config.device))
+    if config.sample_dtype is not None and config.sample_dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"--sample-dtype must be float32, bfloat16 or float16 (got {config.sample_dtype!r})")
+    if config.sample_dtype not in (None, "float32") and config.old_logprobs != "trainer":
+        raise ValueError(f"--sample-dtype {config.sample_dtype} samples in another precision than the trainer's: "
+                         "use --old-logprobs trainer, or the PPO ratio starts away from 1")
     if config.model != BUNDLED:
         resolve_model(config.model)  # a local folder must hold a model; a hub id is checked when loaded
     if config.init_adapter not in (None, "", "none"):
@@ -290,10 +321,13 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
                      flag="--resume" if resume is not None else "--run-dir")
     games = training_games(config)
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
-    done = json.loads((checkpoint / "state.json").read_text())["step"] if checkpoint else 0
-    # damaged PDDL in the games this run will play (a few ms a game), before anything is written
-    check_games(list({g.path: g for step in range(done + 1, config.updates + 1)
-                      for g in games_for_update(games, step, config.games_per_update)}.values()))
+    state = json.loads((checkpoint / "state.json").read_text()) if checkpoint else {}
+    done = state.get("step", 0)
+    # damaged PDDL in the games this run may play (a few ms a game), before anything is written
+    per_update = config.max_groups_per_update if config.dynamic_sampling else config.games_per_update
+    upcoming = games_at(games, state.get("cursor", done * config.games_per_update),
+                        (config.updates - done) * max(per_update, config.games_per_update))
+    check_games(list({g.path: g for g in upcoming}.values()))
     if resume is None:
         run_dir = prepare_output_dir(run_dir, TRAIN, overwrite=config.overwrite, flag="--run-dir").path
     (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
@@ -308,17 +342,17 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     policy = load_for_training(config, str(checkpoint / "adapter") if checkpoint else None)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)
-    if checkpoint:
-        load_state(checkpoint, optimizer)
+    cursor = load_state(checkpoint, optimizer).get("cursor", done * config.games_per_update) if checkpoint else 0
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
     try:
         for step in bar:
-            metrics = _one_update(policy, optimizer, config, ppo, games, step, run_dir, progress)
+            metrics = _one_update(policy, optimizer, config, ppo, games, step, cursor, run_dir, progress)
+            cursor += metrics["groups"]
             history.append(metrics)
             append_jsonl(run_dir / "metrics.jsonl", [metrics])
             if step % config.checkpoint_every == 0 or step == config.updates:
-                save_checkpoint(run_dir, step, policy, optimizer, {"cursor": step * config.games_per_update},
+                save_checkpoint(run_dir, step, policy, optimizer, {"cursor": cursor},
                                 keep_last=config.keep_checkpoints)
             plot_training(history, run_dir / "plots.png", title=str(run_dir))
             bar.set_postfix(reward=f"{metrics['reward']:.2f}", success=f"{metrics['success']:.2f}")
@@ -333,25 +367,53 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     return history
 
 
-def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: list, step: int, run_dir: Path,
-                progress: bool) -> dict:
+def play_update(policy, config: TrainConfig, games: list, step: int, cursor: int, progress: bool = True
+                ) -> tuple[list[list], list[list]]:
+    """The groups of update ``step``: ``games_per_update`` games from ``cursor`` on. With
+    ``dynamic_sampling``, groups whose rewards are all equal are set aside and more games are played,
+    ``groups_per_batch`` at a time, until ``games_per_update`` groups have a spread or
+    ``max_groups_per_update`` groups were played. Returns (groups to train on, every group played);
+    the next update's games start at ``cursor + len(every group played)``."""
+    rollout = config.rollout(step)
+    if config.sample_dtype:
+        policy = sampling_copy(policy, config.sample_dtype)  # the weights of this update, merged
+    played = rollout_batch(policy, games_at(games, cursor, config.games_per_update), rollout, progress=progress)
+    if not config.dynamic_sampling:
+        return played, played
+    rewards = lambda g: [episode_reward(t, config.invalid_penalty) for t in g]  # noqa: E731
+    spread = [g for g in played if not is_degenerate(rewards(g))]
+    extra = 0
+    while len(spread) < config.games_per_update and len(played) < config.max_groups_per_update:
+        extra += 1
+        n = min(max(1, config.groups_per_batch), config.max_groups_per_update - len(played))
+        more = rollout_batch(policy, games_at(games, cursor + len(played), n),
+                             replace(rollout, seed=rollout.seed + 7919 * extra), progress=progress)
+        played += more
+        spread += [g for g in more if not is_degenerate(rewards(g))]
+    return spread, played
+
+
+def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: list, step: int, cursor: int,
+                run_dir: Path, progress: bool) -> dict:
     begin = time.perf_counter()
-    batch = games_for_update(games, step, config.games_per_update)
-    groups = rollout_batch(policy, batch, config.rollout(step), progress=progress)
+    kept, played = play_update(policy, config, games, step, cursor, progress)
     rollout_seconds = time.perf_counter() - begin
-    trainable = assign_advantages(groups, config.advantage())
-    stats = batch_stats(groups, config.advantage())
+    stats = batch_stats(played, config.advantage())  # what the policy did: every group played
+    assign_advantages(played, config.advantage())
+    trainable = assign_advantages(kept, config.advantage())
     tick = time.perf_counter()
-    updates = ppo_update(policy, optimizer, trainable, ppo) if trainable else []
+    steps = ppo_update(policy, optimizer, trainable, ppo) if trainable else []
     update_seconds = time.perf_counter() - tick
-    ppo_metrics = {key: sum(u[key] for u in updates) / len(updates) for key in updates[0]} if updates else {
+    ppo_metrics = summarize_steps(steps, ppo.epochs) if steps else {
         "loss": None, "clip_fraction": None, "approx_kl": None, "ratio_mean": None, "ratio_max": None,
         "grad_norm": None, "kl_penalty": None, "tokens_trained": 0, "trajectories_trained": 0}
     append_jsonl(run_dir / "trajectories.jsonl",
-                 [{"step": step, **asdict(t)} for g in groups for t in g])
-    return {"step": step, **stats, **ppo_metrics, "optimizer_steps": len(updates),
-            "rollout_seconds": rollout_seconds, "update_seconds": update_seconds, "peak_rss_gb": peak_rss_gb(),
-            "games": [g.game_id for g in batch]}
+                 [{"step": step, **asdict(t)} for g in played for t in g])
+    return {"step": step, **stats, "groups_dropped": len(played) - len(kept) if config.dynamic_sampling else 0,
+            **ppo_metrics, "optimizer_steps": len(steps), "rollout_seconds": rollout_seconds,
+            "update_seconds": update_seconds, "episodes_per_minute": 60 * stats["trajectories"] / max(
+                rollout_seconds + update_seconds, 1e-9), "peak_rss_gb": peak_rss_gb(),
+            "games": [g[0].game_id for g in played]}
 
 
 def peak_rss_gb() -> float:

@@ -117,3 +117,20 @@ def test_unknown_hub_id_says_what_to_do():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert "ERROR could not load model 'no-such-org/no-such-model'" in out.stdout
     assert "model='bundled'" in out.stdout
+
+
+def test_sampling_copy_merges_the_adapter_and_leaves_the_policy_alone():
+    """The rollout copy: the adapter merged into the weights (the same function, up to float rounding),
+    cast to the sampling dtype, frozen; the trained policy keeps its adapter and float32 weights."""
+    from alfrl.models import WARM_START, sampling_copy
+    policy = load_policy(lora=WARM_START)
+    before = {n: p.clone() for n, p in policy.model.named_parameters() if "lora_" in n}
+    exact = sampling_copy(policy, "float32")
+    half = sampling_copy(policy, "bfloat16")
+    assert not hasattr(exact.model, "peft_config") and next(half.model.parameters()).dtype == torch.bfloat16
+    assert not any(p.requires_grad for p in half.model.parameters())
+    reference = logits(policy)
+    assert torch.allclose(logits(exact), reference, atol=1e-3)
+    assert (logits(half).float() - reference).abs().max() < 0.5  # bf16 rounding, not another function
+    assert all(torch.equal(p, before[n]) for n, p in policy.model.named_parameters() if "lora_" in n)
+    assert next(policy.model.parameters()).dtype == torch.float32 and hasattr(policy.model, "peft_config")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from alfrl.checkpoint import RunDirError, prepare_run_dir, read_jsonl
 from alfrl.protocol import ChatFormat
 from alfrl.scripted import ScriptedSession, expert_replies
-from alfrl.train import PRESETS, TrainConfig, games_for_update, preset, train
+from alfrl.train import PRESETS, TrainConfig, games_at, games_for_update, play_update, preset, train
 
 SPLIT = "valid_seen"
 
@@ -80,7 +81,8 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
     straight = train(tiny(tmp_path / "a", tiny_games), progress=False)
     assert [m["step"] for m in straight] == [1, 2]
     assert all(m["optimizer_steps"] == 1 and m["degenerate_groups"] == 0 for m in straight)
-    assert straight[1]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # sampler and trainer agree
+    assert straight[1]["sampler_ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # sampler and trainer agree
+    assert straight[1]["ratio_mean"] is None  # one step per update: the clip cannot act (REINFORCE)
 
     def stop_after_first(history):
         if len(history) == 1:
@@ -94,7 +96,8 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
         f.write(json.dumps({"step": 2, "reward": 123.0}) + "\n")
     resumed = train(resume=run, progress=False)
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
-    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb"}
+    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb", "forward_seconds",
+            "backward_seconds", "episodes_per_minute"}
     same = [{k: v for k, v in m.items() if k not in drop} for m in resumed]
     want = [{k: v for k, v in m.items() if k not in drop} for m in straight]
     _close(same, want)
@@ -131,3 +134,52 @@ def test_cli_smoke_run_with_the_real_model(tmp_path, tiny_games):
     assert (run / "checkpoints" / "step_00001" / "adapter" / "adapter_model.safetensors").is_file()
     again = subprocess.run(cmd, capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr
+
+
+def _fake_groups(spread_games: set[str]):
+    """A stand-in for rollout_batch (a unit test of the sampling logic): a group of game g has a win and a
+    loss when g is in ``spread_games``, two equal losses otherwise."""
+    from alfrl.rollout import Trajectory
+
+    def play(policy, games, config, progress=True):
+        def traj(game, won):
+            return Trajectory(game_id=game, task_type="t", branch=0, seed=config.seed, tokens=[1, 2], mask=[0, 1],
+                              logprobs=[0.0, -1.0], turns=[], won=won, steps=1, invalid=0, end_reason="won" if won
+                              else "max_steps", prompt_tokens=1, prefilled=1, sampled=1, model_seconds=0.0,
+                              env_seconds=0.0)
+        return [[traj(g, g in spread_games), traj(g, False)] for g in games]
+    return play
+
+
+def test_dynamic_sampling_replaces_groups_without_spread_and_the_cap_holds(monkeypatch):
+    import alfrl.train as train_module
+    games = list("abcdefgh")
+    monkeypatch.setattr(train_module, "rollout_batch", _fake_groups({"b", "e", "f"}))
+    config = TrainConfig(games_per_update=2, groups_per_batch=2, k=2, dynamic_sampling=True, max_groups_per_update=8)
+    kept, played = play_update(None, config, games, step=1, cursor=0)
+    assert [g[0].game_id for g in played] == list("abcdef")  # a,b: one spread; c,d: none; e,f: two
+    assert [g[0].game_id for g in kept] == ["b", "e", "f"]
+    # the cap: at most 3 groups played, so only one group with a spread
+    capped = TrainConfig(games_per_update=2, groups_per_batch=2, k=2, dynamic_sampling=True, max_groups_per_update=3)
+    kept, played = play_update(None, capped, games, step=1, cursor=0)
+    assert [g[0].game_id for g in played] == list("abc") and [g[0].game_id for g in kept] == ["b"]
+    # the cursor: the next update starts after the games played (wrapping)
+    kept, played = play_update(None, replace(config, max_groups_per_update=4), games, step=2, cursor=6)
+    assert [g[0].game_id for g in played] == list("ghab") and [g[0].game_id for g in kept] == ["b"]
+    # off: the groups are played and kept as they come
+    plain = TrainConfig(games_per_update=2, k=2)
+    kept, played = play_update(None, plain, games, step=1, cursor=2)
+    assert kept == played and [g[0].game_id for g in played] == ["c", "d"]
+    assert games_at(games, 7, 3) == ["h", "a", "b"]
+
+
+def test_dynamic_sampling_counts_dropped_groups_in_the_metrics(monkeypatch, tmp_path):
+    import alfrl.train as train_module
+    monkeypatch.setattr(train_module, "rollout_batch", _fake_groups({"b"}))
+    monkeypatch.setattr(train_module, "ppo_update", lambda policy, optimizer, trajectories, config: [])
+    config = TrainConfig(games_per_update=1, groups_per_batch=1, k=2, dynamic_sampling=True, max_groups_per_update=4)
+    (tmp_path / "run").mkdir()
+    metrics = train_module._one_update(None, None, config, config.ppo(), list("abc"), 1, 0, tmp_path / "run", False)
+    assert metrics["groups"] == 2 and metrics["groups_dropped"] == 1 and metrics["games"] == ["a", "b"]
+    assert metrics["win_group_rate"] == 0.5 and metrics["spread_group_rate"] == 0.5 and metrics["success"] == 0.25
+    assert len(read_jsonl(tmp_path / "run" / "trajectories.jsonl")) == 4  # every trajectory played is kept
