@@ -116,6 +116,9 @@ class TrainConfig:
     time) until games_per_update groups have a reward spread, or max_groups_per_update were played."""
     max_groups_per_update: int = 8
     """With dynamic_sampling: the most groups played for one update (the cap on extra rollouts)."""
+    keep_groups: str = "spread"
+    """With dynamic_sampling, which groups count: "spread" (rewards differ at all, DAPO's rule) or "win"
+    (some branch won and some lost: only the success signal, not invalid actions alone)."""
     micro_batch_tokens: int = 4096
     """Padded tokens per forward/backward pass (lower it if memory runs out)."""
     gradient_checkpointing: bool = True
@@ -151,16 +154,19 @@ class TrainConfig:
 
 
 PRESETS: dict[str, dict] = {
-    "cpu": dict(k=8, temperature=0.7, bf16=True, gradient_checkpointing=False, dynamic_sampling=True,
-                max_groups_per_update=4, lr=1e-4, updates=8),
+    "cpu": dict(k=8, temperature=0.6, bf16=True, gradient_checkpointing=False, dynamic_sampling=True,
+                keep_groups="win", max_groups_per_update=4, lr=1e-4, updates=6),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
                       max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
                       checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1),
 }
-"""cpu: the bundled small model, short episodes, minutes on 2 cores. reference: the reference run's
-settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA rank 32, lr 1e-6) for a GPU."""
+"""cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 6 updates of
+2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic sampling, at most 4
+groups played per update), bf16 update; about 7 minutes an update on 2 cores (see the README's learning
+section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
+LoRA rank 32, lr 1e-6) for a GPU."""
 
 
 def preset(name: str, **overrides) -> TrainConfig:
@@ -250,6 +256,8 @@ def check_config(config: TrainConfig) -> None:
             raise ValueError(f"{flag(name)} must be at most {_AT_MOST[name]} (got {value!r})")
         if name in _BELOW and not value < _BELOW[name]:
             raise ValueError(f"{flag(name)} must be below {_BELOW[name]} (got {value!r})")
+    if config.keep_groups not in ("spread", "win"):
+        raise ValueError(f"--keep-groups must be 'spread' or 'win' (got {config.keep_groups!r})")
     if config.dynamic_sampling and config.max_groups_per_update < config.games_per_update:
         raise ValueError(f"--max-groups-per-update ({config.max_groups_per_update}) must be at least "
                          f"--games-per-update ({config.games_per_update}) with --dynamic-sampling")
@@ -380,8 +388,7 @@ def play_update(policy, config: TrainConfig, games: list, step: int, cursor: int
     played = rollout_batch(policy, games_at(games, cursor, config.games_per_update), rollout, progress=progress)
     if not config.dynamic_sampling:
         return played, played
-    rewards = lambda g: [episode_reward(t, config.invalid_penalty) for t in g]  # noqa: E731
-    spread = [g for g in played if not is_degenerate(rewards(g))]
+    spread = [g for g in played if teaches(g, config)]
     extra = 0
     while len(spread) < config.games_per_update and len(played) < config.max_groups_per_update:
         extra += 1
@@ -389,8 +396,16 @@ def play_update(policy, config: TrainConfig, games: list, step: int, cursor: int
         more = rollout_batch(policy, games_at(games, cursor + len(played), n),
                              replace(rollout, seed=rollout.seed + 7919 * extra), progress=progress)
         played += more
-        spread += [g for g in more if not is_degenerate(rewards(g))]
+        spread += [g for g in more if teaches(g, config)]
     return spread, played
+
+
+def teaches(group: list, config: TrainConfig) -> bool:
+    """Whether dynamic sampling keeps ``group``: its rewards differ ("spread"), or some branch won and
+    some lost ("win")."""
+    if config.keep_groups == "win":
+        return any(t.won for t in group) and not all(t.won for t in group)
+    return not is_degenerate([episode_reward(t, config.invalid_penalty) for t in group])
 
 
 def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: list, step: int, cursor: int,

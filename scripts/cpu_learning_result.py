@@ -6,7 +6,8 @@ evaluated before and after with the same settings on the generated valid_unseen 
 Writes ``OUT/eval/<checkpoint>/`` (records and summary per checkpoint; ``OUT/eval_<split>_<data>/``
 with ``--data-dir``, e.g. the official games: ``--data-dir $ALFWORLD_DATA/json_2.1.1 --split
 valid_seen`` evaluates the same runs there), ``OUT/seed<S>/`` (the training runs), ``OUT/table.md``
-and ``OUT/figure.png``, and prints the wall time of each part.
+``OUT/figure.png``, ``OUT/summaries.json`` (every checkpoint's evaluation summary: commit it with the
+table) and ``OUT/seconds.json``, and prints the wall time of each part.
 Re-running it continues where it stopped: finished evaluations and runs are reused.
 """
 
@@ -99,6 +100,9 @@ def main() -> None:
     (out / f"table{tag}.md").write_text(markdown(table) + "\n")
     comparison_figure(results, out / f"figure{tag}.png")
     (out / f"seconds{tag}.json").write_text(json.dumps(seconds, indent=2))
+    # the evaluation summaries behind the table, in one file to commit beside it (data/results/)
+    (out / f"summaries{tag}.json").write_text(json.dumps(
+        {name: json.loads((folder / "summary.json").read_text()) for name, folder in results.items()}, indent=1))
     print(markdown(table))
     print(f"figure: {out / f'figure{tag}.png'}; wall time {sum(seconds.values()) / 60:.1f} min "
           f"({', '.join(f'{k} {v / 60:.1f}' for k, v in seconds.items())})")

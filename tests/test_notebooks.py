@@ -31,6 +31,7 @@ NOTEBOOKS = [
                                    "game_index": 0, "k": 2, "max_steps": 1, "max_new_tokens": 8, "seed": 0,
                                    "workers": 2}),
     ("05_ppo_loop.ipynb", {"preset": "cpu", "run_dir": TMP_RUN_DIR, "split": "valid_seen", "updates": 1,
+                           "dynamic_sampling": False,
                            "games_per_update": 1, "k": 2, "max_steps": 1, "max_new_tokens": 8, "workers": 0,
                            "extra_updates": 0, "live_plots": False}),
     ("06_evaluation.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_unseen", "limit": 2,

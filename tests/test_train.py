@@ -47,6 +47,25 @@ def test_presets_and_flags():
     assert set(PRESETS) == {"cpu", "reference"}
 
 
+def test_cpu_preset_is_built_for_a_learning_signal():
+    """The classroom preset: groups of 8 sampled at 0.6 from the warm start, dynamic sampling that keeps only
+    groups with a win and a loss, the bf16 update with the trainer's own old logprobs; it passes its checks."""
+    from alfrl.train import check_config
+    cpu = preset("cpu")
+    assert (cpu.init_adapter, cpu.k, cpu.games_per_update, cpu.temperature, cpu.dynamic_sampling, cpu.keep_groups,
+            cpu.max_groups_per_update) == ("warmstart", 8, 2, 0.6, True, "win", 4)
+    assert cpu.bf16 and cpu.old_logprobs == "trainer" and not cpu.gradient_checkpointing
+    assert cpu.ppo().bf16 and cpu.ppo().old_logprobs == "trainer" and cpu.ppo().temperature == 0.6
+    check_config(cpu)
+    check_config(preset("reference", device="cpu", dtype="float32", model="bundled"))
+    with pytest.raises(ValueError, match="keep-groups"):
+        check_config(preset("cpu", keep_groups="wins"))
+    with pytest.raises(ValueError, match="max-groups-per-update"):
+        check_config(preset("cpu", max_groups_per_update=1))
+    with pytest.raises(ValueError, match="old-logprobs trainer"):
+        check_config(preset("cpu", sample_dtype="bfloat16", old_logprobs="sampler"))
+
+
 def test_games_cycle_through_the_shuffled_list():
     games = list("abcde")
     assert [games_for_update(games, s, 2) for s in (1, 2, 3)] == [["a", "b"], ["c", "d"], ["e", "a"]]
@@ -183,3 +202,16 @@ def test_dynamic_sampling_counts_dropped_groups_in_the_metrics(monkeypatch, tmp_
     assert metrics["groups"] == 2 and metrics["groups_dropped"] == 1 and metrics["games"] == ["a", "b"]
     assert metrics["win_group_rate"] == 0.5 and metrics["spread_group_rate"] == 0.5 and metrics["success"] == 0.25
     assert len(read_jsonl(tmp_path / "run" / "trajectories.jsonl")) == 4  # every trajectory played is kept
+
+
+def test_dynamic_sampling_can_keep_only_groups_with_a_win_and_a_loss(monkeypatch):
+    import alfrl.train as train_module
+    from alfrl.train import teaches
+    monkeypatch.setattr(train_module, "rollout_batch", _fake_groups({"c"}))
+    config = TrainConfig(games_per_update=1, groups_per_batch=1, k=2, dynamic_sampling=True, max_groups_per_update=4,
+                         keep_groups="win")
+    kept, played = play_update(None, config, list("abcd"), step=1, cursor=0)
+    assert [g[0].game_id for g in kept] == ["c"] and len(played) == 3
+    invalid_only = _fake_groups(set())(None, ["x"], config.rollout(1))[0]
+    invalid_only[1].invalid = 2  # rewards 0 and -0.2: a spread, but no win
+    assert teaches(invalid_only, replace(config, keep_groups="spread")) and not teaches(invalid_only, config)
