@@ -6,8 +6,10 @@ Per token t of a trajectory with advantage A (the same A for every sampled token
     ratio_t = exp(logp_new(t) - logp_old(t))
     loss_t  = -min(ratio_t * A, clip(ratio_t, clip_low, clip_high) * A)
 
-``logp_old`` is what the sampler reported (:mod:`alfrl.sampler`), at the sampling
-temperature, so before the first optimizer step the ratio is 1 (up to float rounding).
+``logp_old`` is the policy's logprob at the weights that sampled, at the sampling temperature and
+over the sampling nucleus (top-p). By default the trainer recomputes it (``old_logprobs="trainer"``),
+so the first ratio is exactly 1 whatever the precision (bf16 autocast) or kernels; the sampler's own
+logprobs (:mod:`alfrl.sampler`) are kept to measure the sampler/trainer gap, which the update logs.
 
 **Normalisation.** The batch loss is the sum of ``loss_t`` over every sampled token of
 every trajectory in the batch, divided by the number of those tokens (token-level mean,
