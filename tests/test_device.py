@@ -167,7 +167,8 @@ def test_a_ppo_step_runs_on_the_model_device(policy, trajectories):
         optimizer.step()
         metrics.append(on_meta(ppo_step, p, optimizer, trajectories, config) if meta
                        else ppo_step(p, optimizer, trajectories, config))
-    assert metrics[1] == pytest.approx(metrics[0], rel=1e-6, abs=1e-9)
+    same = [{k: v for k, v in m.items() if not k.endswith("_seconds")} for m in metrics]  # timings differ
+    assert same[1] == pytest.approx(same[0], rel=1e-6, abs=1e-9)
 
 
 def test_an_sft_step_runs_on_the_model_device(policy, tiny_games):
