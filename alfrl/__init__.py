@@ -17,7 +17,8 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics
 - :mod:`alfrl.viewer`   a trajectory's tokens by role or advantage
 - :mod:`alfrl.ppo`      the clipped PPO update on the LoRA adapter
-- :mod:`alfrl.train`    the training loop, checkpoints and resume (with checkpoint, plots)
+- :mod:`alfrl.train`    the training loop, dynamic sampling, checkpoints and resume (with checkpoint, plots)
+- :mod:`alfrl.rundir`   one policy for output folders (train, eval, sft): overwrite, resume, refuse
 - :mod:`alfrl.evaluate` success per split and task type
 - :mod:`alfrl.sft`      the expert warm start
 """
