@@ -15,7 +15,7 @@ SECTION = README[README.index("## A learning result on a CPU"):README.index("## 
 
 def test_every_results_file_the_readme_names_exists():
     named = set(re.findall(r"data/results/[\w.\-/]+\.\w+", README))
-    named |= {f"data/results/{n}" for n in re.findall(r"`([\w.\-]+\.(?:jsonl|log|md|png|json))`", SECTION)
+    named |= {f"data/results/{n}" for n in re.findall(r"`([\w.\-]+\.(?:jsonl|log|md|png|json|xz))`", SECTION)
               if not n.startswith(("metrics", "trajectories", "records", "summar", "config", "plots"))}
     assert named, "the learning section names no results file"
     missing = sorted(n for n in named if not (REPO / n).is_file())
