@@ -378,9 +378,9 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
 def play_update(policy, config: TrainConfig, games: list, step: int, cursor: int, progress: bool = True
                 ) -> tuple[list[list], list[list]]:
     """The groups of update ``step``: ``games_per_update`` games from ``cursor`` on. With
-    ``dynamic_sampling``, groups whose rewards are all equal are set aside and more games are played,
-    ``groups_per_batch`` at a time, until ``games_per_update`` groups have a spread or
-    ``max_groups_per_update`` groups were played. Returns (groups to train on, every group played);
+    ``dynamic_sampling``, groups that do not teach (:func:`teaches`: no reward spread, or with
+    ``keep_groups="win"`` no win and loss) are set aside and more games are played, ``groups_per_batch``
+    at a time, until ``games_per_update`` groups teach or ``max_groups_per_update`` groups were played. Returns (groups to train on, every group played);
     the next update's games start at ``cursor + len(every group played)``."""
     rollout = config.rollout(step)
     if config.sample_dtype:
