@@ -120,15 +120,17 @@ def read_jsonl(path: str | Path, repair: bool = False) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         return []
-    parsed = _parse_jsonl(path)
-    if repair and path.read_text() != "".join(line + "\n" for line, _ in parsed):
+    text = path.read_text()
+    parsed = _parse_jsonl(path, text)
+    if repair and text != "".join(line + "\n" for line, _ in parsed):
         path.write_text("".join(line + "\n" for line, _ in parsed))
     return [record for _, record in parsed]
 
 
-def _parse_jsonl(path: Path) -> list[tuple[str, dict]]:
-    """(line, record) for every complete line of ``path``; a torn last line is left out with a warning."""
-    lines = path.read_text().splitlines()
+def _parse_jsonl(path: Path, text: str | None = None) -> list[tuple[str, dict]]:
+    """(line, record) for every complete line of ``path`` (whose ``text`` may be given); a torn last line
+    is left out with a warning."""
+    lines = (path.read_text() if text is None else text).splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     out = []
     for i, line in enumerate(lines):

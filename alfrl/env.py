@@ -241,8 +241,6 @@ class GroupEnv:
         if self._local is not None:
             arg = per_worker[0] if isinstance(per_worker, dict) else per_worker
             return getattr(self._local, command)(arg)
-        if self._broken:
-            raise RuntimeError(f"this GroupEnv is unusable ({self._broken}); close it and make a new one")
         targets = per_worker if isinstance(per_worker, dict) else {w: per_worker for w in range(len(self._conns))}
         out, errors = {}, []
         w = None

@@ -297,7 +297,6 @@ def _saved_config(run_dir: Path, updates: int | None) -> TrainConfig:
         raise ValueError(f"{path} has settings this version of alfrl does not know: {', '.join(unknown)}; it was "
                          "written by another version or another program. Start a new run with --run-dir, or "
                          "remove those keys from the file if you know they change nothing")
-    check_output_dir(run_dir, TRAIN, resume=True, flag="--resume")  # e.g. no run_dir: not a training run
     # Missing keys are fields added to TrainConfig after the run started. Taking their defaults is safe
     # (every field has one that works), but where a default differs from what the older code did, the
     # resumed updates differ from the earlier ones: the note names them.
@@ -331,10 +330,10 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     state = json.loads((checkpoint / "state.json").read_text()) if checkpoint else {}
     done = state.get("step", 0)
+    cursor = state.get("cursor", done * config.games_per_update)  # the next game to play
     # damaged PDDL in the games this run may play (a few ms a game), before anything is written
     per_update = config.max_groups_per_update if config.dynamic_sampling else config.games_per_update
-    upcoming = games_at(games, state.get("cursor", done * config.games_per_update),
-                        (config.updates - done) * max(per_update, config.games_per_update))
+    upcoming = games_at(games, cursor, (config.updates - done) * per_update)
     check_games(list({g.path: g for g in upcoming}.values()))
     if resume is None:
         run_dir = prepare_output_dir(run_dir, TRAIN, overwrite=config.overwrite, flag="--run-dir").path
@@ -350,7 +349,8 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     policy = load_for_training(config, str(checkpoint / "adapter") if checkpoint else None)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)
-    cursor = load_state(checkpoint, optimizer).get("cursor", done * config.games_per_update) if checkpoint else 0
+    if checkpoint:
+        load_state(checkpoint, optimizer)
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
     try:
