@@ -22,6 +22,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from alfrl import TASK_TYPES, expert, pddl
+from alfrl.gamefile import game_id, traj_data, write_game  # noqa: F401 (game_id, traj_data re-exported)
 from alfrl.rooms import SizeConfig, make_room, scenes_for
 
 SPLIT_TASK_COUNTS = {
@@ -72,31 +73,6 @@ def task_plan(split: str, n: int, seed: int) -> list[str]:
     plan = [t for t in TASK_TYPES for _ in range(counts[t])]
     random.Random(f"{seed}/{split}/plan").shuffle(plan)
     return plan
-
-
-def game_id(record: dict) -> str:
-    """ALFWorld's folder name: ``<task>-<Obj>-<Mrecep>-<Parent>-<scene>/<trial>``."""
-    p = record["pddl_params"]
-    parent = p["toggle_target"] or p["parent_target"]
-    return (f"{record['task_type']}-{p['object_target']}-{p['mrecep_target'] or 'None'}-"
-            f"{parent}-{record['scene']}/{record['task_id']}")
-
-
-def traj_data(record: dict) -> dict:
-    return {"task_id": record["task_id"], "task_type": record["task_type"],
-            "pddl_params": record["pddl_params"],
-            "scene": {"floor_plan": f"FloorPlan{record['scene']}", "scene_num": record["scene"]},
-            "turk_annotations": {"anns": [{"task_desc": g} for g in record["goals"]]}}
-
-
-def write_game(record: dict, root: Path) -> Path:
-    """Write ``game.tw-pddl`` + ``traj_data.json`` of a record under ``root``; return the game file."""
-    folder = Path(root) / game_id(record)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "traj_data.json").write_text(json.dumps(traj_data(record), indent=2))
-    game = folder / "game.tw-pddl"
-    game.write_text(pddl.game_json(record["pddl_problem"], record["goal"], record["walkthrough"]))
-    return game
 
 
 _ENGINE = None

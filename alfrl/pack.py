@@ -18,8 +18,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from alfrl import pddl
-from alfrl.generate import game_id, write_game
+from alfrl.gamefile import game_id, game_json, write_game
 from alfrl.paths import PACK_DIR, games_dir
 
 PACK_FIELDS = ("split", "index", "task_id", "task_type", "scene", "pddl_params", "goal", "goals",
@@ -27,7 +26,7 @@ PACK_FIELDS = ("split", "index", "task_id", "task_type", "scene", "pddl_params",
 
 
 def game_sha256(record: dict) -> str:
-    text = pddl.game_json(record["pddl_problem"], record["goal"], record["walkthrough"])
+    text = game_json(record["pddl_problem"], record["goal"], record["walkthrough"])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

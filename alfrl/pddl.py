@@ -5,16 +5,15 @@ object and receptacle type declared, mangled instance names
 (``Mug|+00.32|...`` -> ``Mug_bar__plus_00_dot_32_bar_...``), locations
 ``loc|x|z|rot|hor`` with x, z in quarter metres, ``canContain`` facts for the
 receptacle types present, and the goal from ALFWorld's own goal library.
-The game file is what ``alfworld-generate`` writes: JSON with ``pddl_domain``,
-``grammar`` (the task text added), ``pddl_problem``, ``solvable``, ``walkthrough``.
+The game file itself (JSON with the domain, grammar, problem and walkthrough) is
+:mod:`alfrl.gamefile`'s; its helpers are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
-from importlib import resources
 
+from alfrl.gamefile import domain_text, game_json, grammar_text, grammar_with_goal  # noqa: F401 (re-exported)
 from alfrl.rooms import Room, Task, _constants, object_type, receptacle_type
 
 
@@ -30,21 +29,6 @@ def location(pose: tuple) -> str:
     """``loc|x|z|rot|hor`` for a pose in metres/degrees, mangled."""
     x, z, rot, hor = pose
     return mangle(f"loc|{int(round(x / 0.25))}|{int(round(z / 0.25))}|{int(rot) // 90}|{int(hor)}")
-
-
-@lru_cache(maxsize=None)
-def domain_text() -> str:
-    return (resources.files("alfworld") / "data" / "alfred.pddl").read_text()
-
-
-@lru_cache(maxsize=None)
-def grammar_text() -> str:
-    return (resources.files("alfworld") / "data" / "alfred.twl2").read_text()
-
-
-def grammar_with_goal(goal: str) -> str:
-    """The grammar with the task text filled in, as ``add_task_to_grammar`` does."""
-    return grammar_text().replace("UNKNOWN GOAL", goal)
 
 
 def goal_text(task: Task, template_index: int) -> str:
@@ -108,10 +92,3 @@ def problem(room: Room, task: Task, name: str) -> str:
     return (f"\n(define (problem {name})\n(:domain alfred)\n(:objects{indent}"
             + indent.join(decl) + "\n        )\n\n(:init" + indent + indent.join(init)
             + "\n        )\n" + goal)
-
-
-def game_json(pddl_problem: str, goal: str, walkthrough: list[str] | None) -> str:
-    """The ``game.tw-pddl`` text, byte for byte as :func:`alfrl.pack.expand` rebuilds it."""
-    return json.dumps({"pddl_domain": domain_text(), "grammar": grammar_with_goal(goal),
-                       "pddl_problem": pddl_problem, "solvable": walkthrough is not None,
-                       "walkthrough": walkthrough})

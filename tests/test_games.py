@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from alfrl import TASK_TYPES
 from alfrl.games import (HOW_TO_GET_GAMES, GameDataError, available_splits, by_task, check_games,
                          find_game_files, load_games, read_game, resolve_data_dir, shuffled)
-from alfrl.generate import game_id
+from alfrl.gamefile import game_id
 
 SPLIT = "valid_unseen"
 
@@ -309,3 +311,13 @@ def test_garbled_pddl_problem_is_named_before_it_is_played(one_game, tmp_path, d
 
 def test_every_generated_and_official_game_passes_the_pddl_checks(tiny_games, real_data_dir):
     check_games(tiny_games.games("valid_seen") + load_games("valid_seen", real_data_dir, limit=20))
+
+
+def test_listing_games_imports_neither_the_generator_nor_textworld():
+    """Finding, filtering and loading games (packs expanded on first use included) needs only the game-file
+    layer (alfrl.gamefile): not the generator, the expert, nor TextWorld."""
+    code = ("import sys, alfrl.games; alfrl.games.load_games('valid_seen', max_expert_steps=8); "
+            "print(sorted(m for m in sys.modules if m.startswith(('alfrl.generate', 'alfrl.expert', 'alfrl.rooms', "
+            "'textworld', 'fast_downward'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

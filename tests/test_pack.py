@@ -8,7 +8,7 @@ import lzma
 
 import pytest
 
-from alfrl.generate import game_id
+from alfrl.gamefile import game_id
 from alfrl.pack import PACK_FIELDS, expand, game_sha256, read_pack, write_pack
 
 from conftest import game_files
