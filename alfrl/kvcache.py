@@ -18,6 +18,13 @@ Batching branches that diverge needs three things this module adds to transforme
   whole cache each time (at 8K tokens that copy costs as much as the model's weights);
   :class:`GrowingLayer` appends into a buffer with spare room instead.
 
+Optionally, reads of many tokens at once (a first prompt, a tool result) run under
+bfloat16 autocast (``prefill_dtype``): on a CPU with AMX or avx512_bf16 that read is
+compute-bound and about 1.7x faster, while a decode step (one token per row, bound by
+reading the weights) stays in the model's own precision. The cache keeps the model's
+dtype either way. The sampled distribution then differs slightly from the float32
+trainer's, so train with the trainer's own old logprobs (``old_logprobs="trainer"``).
+
 Models whose cache is not plain attention (sliding windows, linear-attention layers)
 cannot have holes: for them :func:`supports_holes` is false and the sampler runs each
 branch on its own.
@@ -31,14 +38,20 @@ from transformers.cache_utils import DynamicLayer
 
 MIN_SPARE = 256
 """Spare columns allocated when a layer's buffer grows (or half the length, if more)."""
+PREFILL_MIN = 16
+"""A forward that reads at least this many tokens in some row counts as a prefill (``prefill_dtype``)."""
 
 
 class GrowingLayer(DynamicLayer):
     """A ``DynamicLayer`` whose keys/values are views into a buffer with spare columns."""
 
     _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+    store_dtype: torch.dtype | None = None
+    """The dtype keys and values are stored in (the model's): a read under autocast is cast to it."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if self.store_dtype is not None:
+            key_states, value_states = key_states.to(self.store_dtype), value_states.to(self.store_dtype)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         n = self.get_seq_length()
@@ -77,6 +90,10 @@ def new_cache(model) -> DynamicCache:
     """A cache for ``model`` whose plain attention layers grow without copying."""
     cache = DynamicCache(config=model.config)
     cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    dtype = next(model.parameters()).dtype
+    for layer in cache.layers:
+        if isinstance(layer, GrowingLayer):
+            layer.store_dtype = dtype
     return cache
 
 
@@ -94,8 +111,10 @@ class GroupCache:
     """The KV cache of several rows (branches), with a mask of which columns are real tokens.
     Its tensors are on the model's device."""
 
-    def __init__(self, model, rows: int):
+    def __init__(self, model, rows: int, prefill_dtype: torch.dtype | None = None):
         self.model = model
+        self.prefill_dtype = prefill_dtype
+        """Autocast dtype for reads of at least :data:`PREFILL_MIN` tokens in a row (None: off)."""
         self.device = model_device(model)
         self.cache = new_cache(model)
         self.mask = torch.zeros(rows, 0, dtype=torch.bool, device=self.device)
@@ -127,8 +146,10 @@ class GroupCache:
         mask = torch.cat([self.mask, new_mask], dim=1)
         last = (counts - 1).clamp(min=0)
         keep = torch.unique(last)  # the language-model head runs only where a row's next token is sampled
-        out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask.long(),
-                         position_ids=positions, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        prefill = self.prefill_dtype is not None and width >= PREFILL_MIN
+        with torch.autocast(self.device.type, dtype=self.prefill_dtype, enabled=prefill):
+            out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask.long(),
+                             position_ids=positions, cache=self.cache, use_cache=True, logits_to_keep=keep)
         self.cache = out.cache
         self.mask = mask
         self.positions = self.positions + counts

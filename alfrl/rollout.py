@@ -56,6 +56,9 @@ class RolloutConfig:
     """Processes stepping the K copies of the game."""
     batched: bool = True
     """Decode the live branches of a group in one batch (see alfrl.kvcache)."""
+    prefill_dtype: str | None = None
+    """Read prompts and tool results under this autocast dtype ("bfloat16": ~1.7x faster reads on a
+    CPU with AMX/avx512_bf16); decode steps stay in the model's precision. None: off."""
     groups_per_batch: int = 1
     """Groups that :func:`rollout_batch` plays together, k x this many rows decoded in one batch.
     On a CPU the decode step reads the weights once whatever the batch, so 2 groups of 4 take
@@ -65,6 +68,8 @@ class RolloutConfig:
         if self.k < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
             raise ValueError(f"k, max_steps and max_new_tokens must be >= 1 (got {self.k}, {self.max_steps}, "
                              f"{self.max_new_tokens})")
+        if self.prefill_dtype not in (None, "bfloat16", "float16"):
+            raise ValueError(f"prefill_dtype must be None, 'bfloat16' or 'float16' (got {self.prefill_dtype!r})")
 
 
 @dataclass
@@ -235,7 +240,8 @@ def _play(policy, games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFo
                                                                        start.admissible_commands),
                               mask=[0] * len(prompt), logprobs=[0.0] * len(prompt), env_seconds=reset_seconds / k,
                               prompt_tokens=len(prompt))
-    session = session or new_group_session(policy, seeds, batched=config.batched)
+    session = session or new_group_session(policy, seeds, batched=config.batched,
+                                           prefill_dtype=config.prefill_dtype)
     live = list(range(k))
     while live:
         budget = {b: config.max_trajectory_tokens - len(branches[b].prompt) for b in live}

@@ -72,7 +72,7 @@ class GroupSession:
     """
 
     def __init__(self, model, stop_ids: set[int], seeds: list[int], pad_id: int, batched: bool = True,
-                 compact_at: float = 0.25):
+                 compact_at: float = 0.25, prefill_dtype: str | None = None):
         self.model, self.stop_ids, self.pad_id, self.compact_at = model, set(stop_ids), pad_id, compact_at
         self.branches = list(range(len(seeds)))
         """Live branch ids, in cache row order."""
@@ -87,7 +87,8 @@ class GroupSession:
         """Token columns run through the model (shared prompts once, pad columns included)."""
         probe = GroupCache(model, 1)
         self.batched = batched and supports_holes(probe.cache)
-        self.caches = [GroupCache(model, 0 if self.batched else 1) for _ in
+        autocast = getattr(torch, prefill_dtype) if prefill_dtype else None
+        self.caches = [GroupCache(model, 0 if self.batched else 1, prefill_dtype=autocast) for _ in
                        (range(1) if self.batched else self.branches)]
 
     def drop(self, branches: list[int]) -> None:
@@ -233,6 +234,9 @@ def new_session(policy, seed: int = 0) -> Session:
     return Session(policy.model, stop_ids(policy.tokenizer), seed=seed, pad_id=pad_id(policy.tokenizer))
 
 
-def new_group_session(policy, seeds: list[int], batched: bool = True) -> GroupSession:
-    """A fresh session for ``len(seeds)`` branches of one group, one RNG seed each."""
-    return GroupSession(policy.model, stop_ids(policy.tokenizer), seeds, pad_id(policy.tokenizer), batched=batched)
+def new_group_session(policy, seeds: list[int], batched: bool = True,
+                      prefill_dtype: str | None = None) -> GroupSession:
+    """A fresh session for ``len(seeds)`` branches of one group, one RNG seed each; ``prefill_dtype``
+    ("bfloat16"): read prompts and tool results under that autocast (see :mod:`alfrl.kvcache`)."""
+    return GroupSession(policy.model, stop_ids(policy.tokenizer), seeds, pad_id(policy.tokenizer), batched=batched,
+                        prefill_dtype=prefill_dtype)

@@ -8,6 +8,7 @@ one costs whatever the rewards were).
 
     python benchmarks/episodes_per_minute.py                       # before vs the cpu preset now
     python benchmarks/episodes_per_minute.py --set bf16=false      # add a variant: the preset with overrides
+    python benchmarks/episodes_per_minute.py --set sample_dtype=None prefill_dtype=None   # rollouts with the LoRA model, float32
 
 Run it on an idle machine: two heavy jobs on 2 cores distort every figure.
 """
@@ -26,7 +27,7 @@ from alfrl.train import load_for_training, play_update, preset, training_games
 
 BEFORE = dict(games_per_update=2, k=4, groups_per_batch=2, max_steps=10, max_new_tokens=48,
               max_trajectory_tokens=4000, bf16=False, gradient_checkpointing=True, old_logprobs="sampler",
-              minibatches=1, dynamic_sampling=False, temperature=1.0)
+              minibatches=1, dynamic_sampling=False, temperature=1.0, sample_dtype=None, prefill_dtype=None)
 """The cpu preset before this benchmark existed (the settings of data/results/cpu_seed*_metrics.jsonl)."""
 
 
@@ -81,7 +82,8 @@ def main() -> None:
     for name, config in variants:
         print(f"{name}: {config.games_per_update} games x {config.k}, {config.groups_per_batch} groups per decode "
               f"batch, T={config.temperature}, bf16={config.bf16}, gradient checkpointing "
-              f"{config.gradient_checkpointing}, old logprobs from the {config.old_logprobs}", flush=True)
+              f"{config.gradient_checkpointing}, old logprobs from the {config.old_logprobs}, sampling copy "
+              f"{config.sample_dtype}, prefill autocast {config.prefill_dtype}", flush=True)
         rows.append(one_update(name, config))
         r = rows[-1]
         print(f"  {r['episodes']} episodes ({r['tokens']} tokens, {r['sampled']} sampled, {r['wins']} won): "

@@ -5,7 +5,7 @@ amplification (tokens each branch ran through the model / its final length; and 
 batch's token columns, pad columns included, / all final tokens), and the env's share of
 the wall time. With ``--compare`` the same group is also played one branch at a time.
 
-    python benchmarks/rollout_speed.py --k 8 --max-steps 10 --max-new-tokens 64
+    python benchmarks/rollout_speed.py --k 8 --max-steps 10 --max-new-tokens 64 --temperature 0.6 --variants lora float32
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 import torch
 
 from alfrl.games import load_games
-from alfrl.models import load_policy
+from alfrl.models import load_policy, sampling_copy
 from alfrl.rollout import RolloutConfig, branch_seed, rollout_group
 from alfrl.sampler import new_group_session
 
@@ -53,16 +53,23 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--lora", default="warmstart", help='an adapter folder, "warmstart", or "none"')
+    parser.add_argument("--variants", nargs="+", default=["lora"],
+                        help='"lora" (the trained model as it is) and/or a dtype for a merged sampling copy '
+                             '(alfrl.models.sampling_copy), e.g. "float32"')
     parser.add_argument("--compare", action="store_true", help="also play the group one branch at a time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    policy = load_policy(args.model)
+    trained = load_policy(args.model, lora=None if args.lora == "none" else args.lora)
     game = load_games(args.split)[args.game_index]
     print(f"game {game.game_id} ({game.task_type}); K={args.k}, {args.max_steps} steps, up to "
-          f"{args.max_new_tokens} new tokens per reply, temperature {args.temperature}, {args.threads} threads\n")
+          f"{args.max_new_tokens} new tokens per reply, temperature {args.temperature}, {args.threads} threads, "
+          f"adapter {args.lora}\n")
     modes = (("batched", True), ("one by one", False)) if args.compare else (("batched", True),)
-    for name, batched in modes:
+    for variant, (name, batched) in ((v, m) for v in args.variants for m in modes):
+        policy = trained if variant == "lora" else sampling_copy(trained, variant)
+        name = f"{name}, {'float32 + LoRA' if variant == 'lora' else f'merged {variant} copy'}"
         config = RolloutConfig(k=args.k, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
                                temperature=args.temperature, batched=batched)
         r = run(policy, game, config)

@@ -64,6 +64,12 @@ def test_cpu_preset_is_built_for_a_learning_signal():
         check_config(preset("cpu", max_groups_per_update=1))
     with pytest.raises(ValueError, match="old-logprobs trainer"):
         check_config(preset("cpu", sample_dtype="bfloat16", old_logprobs="sampler"))
+    # rollouts: the adapter merged into a float32 copy, prompts and tool results read in bfloat16
+    assert (cpu.sample_dtype, cpu.prefill_dtype, cpu.rollout(1).prefill_dtype) == ("float32", "bfloat16", "bfloat16")
+    with pytest.raises(ValueError, match="prefill-dtype bfloat16 .*old-logprobs trainer"):
+        check_config(preset("cpu", old_logprobs="sampler"))
+    with pytest.raises(ValueError, match="prefill_dtype must be"):
+        check_config(preset("cpu", prefill_dtype="int8"))
 
 
 def test_games_cycle_through_the_shuffled_list():
