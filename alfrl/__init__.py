@@ -3,20 +3,25 @@
 Modules follow the order the course teaches them:
 
 - :mod:`alfrl.games`    find, filter and split ALFWorld game files
+- :mod:`alfrl.gamefile` a game on disk: folder name, traj_data.json, game.tw-pddl
 - :mod:`alfrl.expert`   ALFWorld's handcoded expert, with the 0.4 "move" fix
-- :mod:`alfrl.generate` the offline game generator (ALFRED-style PDDL problems)
+- :mod:`alfrl.generate` the offline game generator (with rooms, pddl: ALFRED-style PDDL problems)
 - :mod:`alfrl.pack`     compact game packs in git, expanded on first use
 - :mod:`alfrl.engine`   ALFWorld's text engine without the repeated work
 - :mod:`alfrl.env`      GroupEnv: K copies of one game stepped together
-- :mod:`alfrl.models`   the policy (hub id, local dir, bundled small model) and LoRA
+- :mod:`alfrl.bundled`  the bundled small model, from the package registry (no model hub)
+- :mod:`alfrl.models`   the policy (hub id, local dir, bundled small model) and LoRA adapters
 - :mod:`alfrl.protocol` the alfworld_step tool, prompts, parsing, token-exact prompt growth
-- :mod:`alfrl.kvcache`  a batched KV cache for a group's branches
+- :mod:`alfrl.kvcache`  a batched KV cache for a group's branches (bfloat16 prefill optional)
 - :mod:`alfrl.sampler`  KV-cached, batched, seeded sampling with logprobs
-- :mod:`alfrl.rollout`  group rollouts: tokens, sampled-token masks, logprobs
+- :mod:`alfrl.trajectory` a played trajectory: turns, tokens, sampled-token mask, JSONL
+- :mod:`alfrl.rollout`  group rollouts, one turn at a time: sample, parse, step, extend the prompt
 - :mod:`alfrl.scripted` scripted replies (the expert) through the real rollout
 - :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics
 - :mod:`alfrl.viewer`   a trajectory's tokens by role or advantage
 - :mod:`alfrl.ppo`      the clipped PPO update on the LoRA adapter
+- :mod:`alfrl.checks`   one checker for every config's field types and ranges
+- :mod:`alfrl.train_config` the training settings, presets and their checks
 - :mod:`alfrl.train`    the training loop, dynamic sampling, checkpoints and resume (with checkpoint, plots)
 - :mod:`alfrl.rundir`   one policy for output folders (train, eval, sft): overwrite, resume, refuse
 - :mod:`alfrl.evaluate` success per split and task type

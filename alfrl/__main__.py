@@ -119,7 +119,8 @@ def cmd_sft(args: argparse.Namespace) -> None:
     print(f"adapter saved to {adapter}; train from it with: python -m alfrl train --init-adapter {adapter}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m alfrl``'s commands and their flags (the dataclass configs' fields)."""
     from alfrl.cli import add_dataclass_args
     from alfrl.generate import GenerateConfig
     from alfrl.train import PRESETS, TrainConfig
@@ -169,8 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("sft", help="expert warm start: supervised LoRA fine-tuning on expert walkthroughs")
     add_dataclass_args(p, SFTConfig)
     p.set_defaults(func=cmd_sft)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     from alfrl.checkpoint import RunDirError
     from alfrl.games import GameDataError
     try:

@@ -8,6 +8,8 @@ GRPO needs no value network: the K trajectories of one game are each other's bas
 - a group whose rewards are all equal has advantage 0 everywhere: it carries no signal,
   so it is counted and left out of the update;
 - per-token advantage = advantage x mask: only tokens the model sampled are pushed.
+
+Taught in notebook 04 (group advantages and the mask); used by 03 and 05.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
       trajectories.jsonl     every trajectory played, with its update's step
       plots.png              curves, redrawn after every update
       checkpoints/step_00003/
-        adapter/             the LoRA adapter (alfrl.models.save_adapter)
+        adapter/             the LoRA adapter (written by the saver the trainer passes in)
         optimizer.pt         Adam's state
         state.json           step, data cursor, RNG states
 
@@ -15,6 +15,8 @@ either the old checkpoint or the new one, never half of one. On resume, lines th
 metrics.jsonl and trajectories.jsonl gained after the last checkpoint are dropped: the
 update they came from is played again, so nothing is counted twice; a line torn by a kill in the
 middle of its write is dropped with a warning (:func:`read_jsonl`).
+
+Taught in notebook 05 (checkpoints and exact resume); 06 reads them.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ import json
 import random
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from alfrl.models import save_adapter
 from alfrl.rundir import RUN, RunDirError, prepare_output_dir  # noqa: F401 (RunDirError: its old home)
 
 CHECKPOINTS = "checkpoints"
@@ -54,14 +56,17 @@ def step_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"step_{step:05d}"
 
 
-def save_checkpoint(run_dir: str | Path, step: int, policy, optimizer, state: dict, keep_last: int = 2) -> Path:
-    """Write checkpoint ``step`` atomically; keep the newest ``keep_last`` (0 = all)."""
+def save_checkpoint(run_dir: str | Path, step: int, save_adapter: Callable[[Path], object], optimizer, state: dict,
+                    keep_last: int = 2) -> Path:
+    """Write checkpoint ``step`` atomically; keep the newest ``keep_last`` (0 = all). ``save_adapter(folder)``
+    writes the model's trainable part (the trainer passes ``alfrl.models.save_adapter`` for its policy), so
+    this module needs no model code."""
     final = step_dir(Path(run_dir), step)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    save_adapter(policy, tmp / "adapter")
+    save_adapter(tmp / "adapter")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps({**state, "step": step, "rng": rng_state()}))
     if final.exists():

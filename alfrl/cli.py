@@ -1,4 +1,7 @@
-"""Dataclass configs as command-line flags: one field, one ``--flag``, its docstring as help."""
+"""Dataclass configs as command-line flags: one field, one ``--flag``, its docstring as help.
+
+Every command of ``python -m alfrl`` (README quick start; notebook 05's shell equivalents).
+"""
 
 from __future__ import annotations
 

@@ -17,6 +17,8 @@ process (parsed grammar + one SAS translation) and shared by every copy; the
 TatSu parses are memoised and contexts copied shallowly (:class:`CachedGrammar`).
 The equivalence tests replay whole walkthroughs of every task type in both engines
 and compare every observation and admissible-command list.
+
+Taught in notebook 01 (why the env is fast); 02 steps it.
 """
 
 from __future__ import annotations

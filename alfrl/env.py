@@ -20,6 +20,8 @@ Rules the rest of the course relies on:
 * workers never outlive their parent: killed with SIGKILL or SIGTERM, it takes them with it
   (a parent-death signal on Linux; elsewhere, and as a fallback, each worker watches its
   pipe and its parent's pid).
+
+Taught in notebook 01 (a group of game copies); used from 02 on.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ state tracker sees*; the commands sent to the game are unchanged.
 
 The engine stack is ALFWorld's own: TextWorld's ``PddlEnv`` + ``AlfredDemangler``
 (object names like ``apple 1``) + ``AlfredInfos`` (``extra.gamefile``).
+
+Taught in notebook 00 (the expert plays a game); 01 reuses it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ Layout (what ``alfworld-download`` gives, and what ``python -m alfrl generate`` 
 
 The filter is ALFWorld's own (``AlfredTWEnv.collect_game_files``): the six task
 types, ``solvable: true``, and no path containing ``movable`` or ``Sliced``.
+
+Taught in notebook 00 (ALFWorld's filter and splits); every later notebook loads games with it.
 """
 
 from __future__ import annotations

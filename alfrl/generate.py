@@ -6,6 +6,8 @@ not depend on each other: workers can run them in any order and the output is
 byte-identical for the same seed. Finished games are appended to a journal
 (``<out>/<split>/.journal.jsonl``) as they come in, so an interrupted run resumes
 where it stopped.
+
+Taught in notebook 00 and the README's "The games" (the offline generator).
 """
 
 from __future__ import annotations

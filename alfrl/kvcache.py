@@ -28,6 +28,8 @@ trainer's, so train with the trainer's own old logprobs (``old_logprobs="trainer
 Models whose cache is not plain attention (sliding windows, linear-attention layers)
 cannot have holes: for them :func:`supports_holes` is false and the sampler runs each
 branch on its own.
+
+Taught in notebook 03 (decoding a group's branches together).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ what differs: one JSON record per game (PDDL problem, task, goal text, expert
 walkthrough), xz-compressed. :func:`expand` rebuilds the exact files
 ``python -m alfrl generate`` writes, and checks each one against the SHA-256 the
 generator recorded, so a different alfworld version is caught, not silently used.
+
+Taught in notebook 00 (where the games come from).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Where the course keeps its data: ``data/packs`` (in git) and ``data/games`` (expanded)."""
+"""Where the course keeps its data: ``data/packs`` (in git) and ``data/games`` (expanded).
+
+Used from notebook 00 on (where data, games and runs live).
+"""
 
 from __future__ import annotations
 

@@ -7,11 +7,11 @@ object and receptacle type declared, mangled instance names
 receptacle types present, and the goal from ALFWorld's own goal library.
 The game file itself (JSON with the domain, grammar, problem and walkthrough) is
 :mod:`alfrl.gamefile`'s; its helpers are re-exported here.
+
+Taught in notebook 00 and the README's "The games" (what a generated game holds).
 """
 
 from __future__ import annotations
-
-import json
 
 from alfrl.gamefile import domain_text, game_json, grammar_text, grammar_with_goal  # noqa: F401 (re-exported)
 from alfrl.rooms import Room, Task, _constants, object_type, receptacle_type

@@ -1,4 +1,7 @@
-"""Figures for training runs: the curves people would rather look at than read."""
+"""Figures for training runs: the curves people would rather look at than read.
+
+Taught in notebook 05 (the training curves).
+"""
 
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ than a token of a long one, so a trajectory that rambles would be pushed less pe
 the token mean weighs every sampled token the same, whatever the episode length.
 Micro-batches divide by the *batch's* token count, so accumulating them gives exactly
 the full-batch gradient.
+
+Taught in notebook 05 (the clipped loss, the update); 04 recomputes logprobs with it.
 """
 
 from __future__ import annotations
@@ -251,6 +253,49 @@ def recompute_old_logprobs(policy, trajectories: list[Trajectory], config: PPOCo
     return [out[id(t)] for t in trajectories], _gap_metrics(parts, max(total, 1))
 
 
+def _kl_penalty(model, batch: list[Trajectory], new: torch.Tensor, mask: torch.Tensor,
+                config: PPOConfig) -> torch.Tensor:
+    """The k3 estimate of KL(new || reference) per sampled token; the reference is the model without
+    its adapter."""
+    with torch.no_grad(), model.disable_adapter(), _autocast(model, config.bf16):
+        ref = sequence_logprobs(model, [t.tokens for t in batch], config.temperature, config.logit_chunk,
+                                masks=[t.mask for t in batch], top_p=config.top_p).float()
+    ref_log_ratio = ref - new
+    return ((torch.exp(ref_log_ratio) - 1) - ref_log_ratio) * mask
+
+
+def _micro_batch(model, batch: list[Trajectory], config: PPOConfig, own_old: bool, total: int,
+                 stats: dict) -> None:
+    """Forward, loss and backward of one micro-batch (gradients accumulate); adds its sums to ``stats``."""
+    device = next(model.parameters()).device
+    tick = time.perf_counter()
+    new = _batch_logprobs(model, batch, config).float()
+    stats["forward_seconds"] += time.perf_counter() - tick
+    old, mask, adv = padded_tensors(batch, max(len(t.tokens) for t in batch), device)
+    if own_old:
+        stats["gaps"].append(sampler_gap(old, new.detach(), mask))
+        old = new.detach()
+    token_loss, ratio = ppo_token_loss(new, old, adv, config.clip_low, config.clip_high)
+    loss = (token_loss * mask).sum()
+    if config.kl_coef:
+        penalty = _kl_penalty(model, batch, new, mask, config)
+        loss = loss + config.kl_coef * penalty.sum()
+        stats["penalty"] += float(penalty.sum())
+    tick = time.perf_counter()
+    (loss / total).backward()
+    stats["backward_seconds"] += time.perf_counter() - tick
+    with torch.no_grad():
+        r = ratio.detach()
+        log_ratio = (new - old).detach()
+        k3 = (torch.exp(log_ratio) - 1) - log_ratio  # KL(old || new), estimated on the sampled tokens
+        outside = ((r < config.clip_low) & (adv < 0)) | ((r > config.clip_high) & (adv > 0))
+        stats["loss"] += float((token_loss.detach() * mask).sum())
+        stats["clipped"] += float((outside.float() * mask).sum())
+        stats["kl"] += float((k3 * mask).sum())
+        stats["ratio"] += float((r * mask).sum())
+        stats["ratio_max"] = max(stats["ratio_max"], float((r * mask).max()))
+
+
 def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfig,
              own_old: bool = False) -> dict[str, float]:
     """One optimizer step on ``trajectories`` (each with ``advantage`` set); returns the step's metrics.
@@ -268,55 +313,21 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
         raise ValueError("no trajectories to train on (every group was degenerate?)")
     if any(t.advantage is None for t in trajectories):
         raise ValueError("trajectories need advantages; call alfrl.advantage.assign_advantages first")
-    model = policy.model
-    device = next(model.parameters()).device
     total = sum(sum(t.mask) for t in trajectories)
     if total == 0:
         raise ValueError("the trajectories have no sampled tokens to train")
+    model = policy.model
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
-    sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "ratio": 0.0, "penalty": 0.0}
-    ratio_max = 0.0
-    gaps = []
-    forward_seconds = backward_seconds = 0.0
+    stats = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "ratio": 0.0, "penalty": 0.0, "ratio_max": 0.0,
+             "forward_seconds": 0.0, "backward_seconds": 0.0, "gaps": []}
     was_training = model.training
     model.train()
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     try:
         for batch in micro_batches(trajectories, config.micro_batch_tokens):
-            length = max(len(t.tokens) for t in batch)
-            tick = time.perf_counter()
-            new = _batch_logprobs(model, batch, config).float()
-            forward_seconds += time.perf_counter() - tick
-            old, mask, adv = padded_tensors(batch, length, device)
-            if own_old:
-                gaps.append(sampler_gap(old, new.detach(), mask))
-                old = new.detach()
-            token_loss, ratio = ppo_token_loss(new, old, adv, config.clip_low, config.clip_high)
-            loss = (token_loss * mask).sum()
-            log_ratio = (new - old).detach()
-            k3 = (torch.exp(log_ratio) - 1) - log_ratio  # KL(old || new), estimated on the sampled tokens
-            if config.kl_coef:
-                with torch.no_grad(), model.disable_adapter(), _autocast(model, config.bf16):
-                    ref = sequence_logprobs(model, [t.tokens for t in batch], config.temperature,
-                                            config.logit_chunk, masks=[t.mask for t in batch],
-                                            top_p=config.top_p).float()
-                ref_log_ratio = ref - new
-                penalty = ((torch.exp(ref_log_ratio) - 1) - ref_log_ratio) * mask
-                loss = loss + config.kl_coef * penalty.sum()
-                sums["penalty"] += float(penalty.sum())
-            tick = time.perf_counter()
-            (loss / total).backward()
-            backward_seconds += time.perf_counter() - tick
-            with torch.no_grad():
-                r = ratio.detach()
-                outside = ((r < config.clip_low) & (adv < 0)) | ((r > config.clip_high) & (adv > 0))
-                sums["loss"] += float((token_loss.detach() * mask).sum())
-                sums["clipped"] += float((outside.float() * mask).sum())
-                sums["kl"] += float((k3 * mask).sum())
-                sums["ratio"] += float((r * mask).sum())
-                ratio_max = max(ratio_max, float((r * mask).max()))
+            _micro_batch(model, batch, config, own_old, total, stats)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm if config.max_grad_norm > 0
                                                    else float("inf"))
         optimizer.step()
@@ -324,13 +335,14 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
         model.train(was_training)
         if config.gradient_checkpointing:
             model.gradient_checkpointing_disable()
-    metrics = {"loss": sums["loss"] / total, "clip_fraction": sums["clipped"] / total,
-               "approx_kl": sums["kl"] / total, "ratio_mean": sums["ratio"] / total, "ratio_max": ratio_max,
-               "grad_norm": float(grad_norm), "kl_penalty": sums["penalty"] / total, "tokens_trained": int(total),
-               "trajectories_trained": len(trajectories), "forward_seconds": forward_seconds,
-               "backward_seconds": backward_seconds}
-    if gaps:
-        metrics.update(_gap_metrics(gaps, total))
+    metrics = {"loss": stats["loss"] / total, "clip_fraction": stats["clipped"] / total,
+               "approx_kl": stats["kl"] / total, "ratio_mean": stats["ratio"] / total,
+               "ratio_max": stats["ratio_max"], "grad_norm": float(grad_norm),
+               "kl_penalty": stats["penalty"] / total, "tokens_trained": int(total),
+               "trajectories_trained": len(trajectories), "forward_seconds": stats["forward_seconds"],
+               "backward_seconds": stats["backward_seconds"]}
+    if stats["gaps"]:
+        metrics.update(_gap_metrics(stats["gaps"], total))
     return metrics
 
 

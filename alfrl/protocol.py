@@ -14,6 +14,8 @@ Prompts grow by prefix extension, never by re-tokenising history:
 ``prompt_{t+1} = prompt_t + completion_t + closing tokens + tool-result tokens``, where
 the closing tokens (what the chat template puts after an assistant message) and the
 tool-result tokens are derived from the model's own chat template.
+
+Taught in notebook 02 (the tool protocol); used by every later notebook.
 """
 
 from __future__ import annotations

@@ -14,24 +14,26 @@ A branch ends when it wins, runs out of steps (``max_steps``), or its next turn 
 fit in ``max_trajectory_tokens``. Its record keeps every token with a mask that is 1
 exactly on the tokens the model sampled, and those tokens' logprobs: what the PPO update
 needs (:mod:`alfrl.ppo`).
+
+Taught in notebook 03 (one turn of the group loop, inline, then this module); used by 04-06.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import zlib
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from tqdm.auto import tqdm
 
 from alfrl.env import NOTHING_HAPPENS, GroupEnv
 from alfrl.protocol import (BAD_FORMAT, COMPLETED, EXECUTED, NOT_ADMISSIBLE, ChatFormat, build_next_prompt,
                             parse_reply, tool_result_message)
-from alfrl.sampler import SampleConfig, new_group_session
+from alfrl.sampler import Sample, SampleConfig, new_group_session
+from alfrl.trajectory import (END_REASONS, Trajectory, Turn, load_trajectories,  # noqa: F401 (re-exported)
+                              save_trajectories)
 
-END_REASONS = ("won", "max_steps", "max_tokens")
 
 
 @dataclass
@@ -72,88 +74,6 @@ class RolloutConfig:
             raise ValueError(f"prefill_dtype must be None, 'bfloat16' or 'float16' (got {self.prefill_dtype!r})")
 
 
-@dataclass
-class Turn:
-    """One reply and what came of it."""
-
-    reply: str
-    """The sampled text (special tokens removed)."""
-    action: str | None
-    """The parsed, canonical action; None when the reply broke the format."""
-    valid_format: bool
-    admissible: bool
-    """Whether the action was in the list (so the game moved)."""
-    reason: str
-    """Why the reply was invalid ("" when it was fine)."""
-    observation: str
-    """What the game answered."""
-    sampled: int
-    """Tokens sampled for this reply."""
-    stopped_on: str
-    """"eos" or "budget"."""
-
-
-@dataclass
-class Trajectory:
-    """One branch of a group, everything the update and the analysis need."""
-
-    game_id: str
-    task_type: str
-    branch: int
-    seed: int
-    tokens: list[int]
-    """Every token of the conversation, system prompt to last reply."""
-    mask: list[int]
-    """1 on tokens the model sampled, 0 on everything else (prompt, template, tool results)."""
-    logprobs: list[float]
-    """The sampler's logprob of each token (0.0 where mask is 0)."""
-    turns: list[Turn]
-    won: bool
-    steps: int
-    invalid: int
-    """Replies that broke the format or named an action not in the list."""
-    end_reason: str
-    """"won", "max_steps" or "max_tokens"."""
-    prompt_tokens: int
-    """Length of the first prompt (shared by the group)."""
-    prefilled: int
-    """Tokens this branch's prompts added to its cache, all turns together (the shared first prompt included)."""
-    sampled: int
-    model_seconds: float
-    """This branch's share of the group's model time (a batched step is split among the branches in it)."""
-    env_seconds: float
-    """This branch's share of the group's env time."""
-    reward: float | None = None
-    """Set by alfrl.advantage."""
-    advantage: float | None = None
-    """Set by alfrl.advantage."""
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, line: str) -> "Trajectory":
-        data = json.loads(line)
-        data["turns"] = [Turn(**t) for t in data["turns"]]
-        return cls(**data)
-
-
-def save_trajectories(trajectories: list[Trajectory], path: str | Path, append: bool = False) -> Path:
-    """Write one JSON line per trajectory."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a" if append else "w") as f:
-        for t in trajectories:
-            f.write(t.to_json() + "\n")
-    return path
-
-
-def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read trajectories written by :func:`save_trajectories`."""
-    with Path(path).open() as f:
-        return [Trajectory.from_json(line) for line in f if line.strip()]
-
-
 def branch_seed(seed: int, game_id: str, branch: int) -> int:
     """A stable per-branch seed: same run seed, game and branch give the same samples."""
     return zlib.crc32(f"{seed}:{game_id}:{branch}".encode())
@@ -161,8 +81,12 @@ def branch_seed(seed: int, game_id: str, branch: int) -> int:
 
 @dataclass
 class _Branch:
-    prompt: list[int]
+    """A branch while it plays: the trajectory so far, and its bookkeeping."""
+
+    tokens: list[int]
+    """Every token so far: the first prompt, then each reply and tool result (what the next turn extends)."""
     history: list[dict]
+    """The same conversation as chat messages (what the chat template renders)."""
     mask: list[int]
     logprobs: list[float]
     turns: list[Turn] = field(default_factory=list)
@@ -174,6 +98,11 @@ class _Branch:
     end_reason: str = ""
     won: bool = False
     prompt_tokens: int = 0
+
+    def end(self, reason: str, last_reply: list[int]) -> None:
+        """The trajectory ends with its last reply."""
+        self.end_reason = reason
+        self.tokens = self.tokens + last_reply
 
 
 def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupEnv | None = None,
@@ -220,99 +149,123 @@ def rollout_games(policy, games: list, config: RolloutConfig | None = None, env:
             env.close()
 
 
-def _play(policy, games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat, session) -> list[Trajectory]:
-    """Branch b plays ``games[b]``: one game K times (a group) or K different games (evaluation)."""
-    tokenizer = policy.tokenizer
+def _start(games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat) -> dict[int, _Branch]:
+    """Reset the games (one game K times, or K games) and build each branch's first prompt."""
     k = len(games)
-    index = [sum(g.game_id == games[b].game_id for g in games[:b]) for b in range(k)]  # branch within its game
-    seeds = [branch_seed(config.seed, games[b].game_id, index[b]) for b in range(k)]
     begin = time.perf_counter()
     one_game = all(g.game_id == games[0].game_id for g in games)
     starts = [env.reset(games[0])] * k if one_game else env.reset_each(games)
-    reset_seconds = time.perf_counter() - begin
+    reset_share = (time.perf_counter() - begin) / k
     branches = {}
     for b, start in enumerate(starts):
         prompt = fmt.initial_prompt(start.task, start.observation, start.admissible_commands)
         if len(prompt) >= config.max_trajectory_tokens:
             raise ValueError(f"the first prompt of {games[b].game_id} has {len(prompt)} tokens, no fewer than "
                              f"max_trajectory_tokens={config.max_trajectory_tokens}; raise the budget")
-        branches[b] = _Branch(prompt=list(prompt), history=fmt.messages(start.task, start.observation,
+        branches[b] = _Branch(tokens=list(prompt), history=fmt.messages(start.task, start.observation,
                                                                        start.admissible_commands),
-                              mask=[0] * len(prompt), logprobs=[0.0] * len(prompt), env_seconds=reset_seconds / k,
+                              mask=[0] * len(prompt), logprobs=[0.0] * len(prompt), env_seconds=reset_share,
                               prompt_tokens=len(prompt))
+    return branches
+
+
+def _sample_replies(session, branches: dict[int, _Branch], live: list[int], config: RolloutConfig,
+                    tokenizer) -> tuple[dict[int, Sample], dict[int, str]]:
+    """Step 1: one reply per live branch, sampled together; each cut at its branch's token budget."""
+    budget = {b: config.max_trajectory_tokens - len(branches[b].tokens) for b in live}
+    # One sampling call for every live branch; the loosest budget bounds the batch, and a branch whose
+    # reply would overflow its own budget is cut there.
+    cfg = SampleConfig(temperature=config.temperature, top_p=config.top_p,
+                       max_new_tokens=min(config.max_new_tokens, max(budget[b] for b in live)))
+    tick = time.perf_counter()
+    samples = session.sample({b: branches[b].tokens for b in live}, cfg)
+    model_share = (time.perf_counter() - tick) / len(live)
+    texts = {}
+    for b in live:
+        sample, br = samples[b], branches[b]
+        if len(sample.tokens) > budget[b]:
+            sample.tokens, sample.logprobs = sample.tokens[:budget[b]], sample.logprobs[:budget[b]]
+            sample.stopped_on = "budget"
+        br.model_seconds += model_share
+        br.prefilled += sample.prefilled
+        br.sampled += len(sample.tokens)
+        texts[b] = tokenizer.decode(sample.tokens, skip_special_tokens=True)
+    return samples, texts
+
+
+def _tool_result(reply, result) -> tuple[str, str]:
+    """Step 3: the status line and observation the tool answers with (an invalid reply changes nothing)."""
+    if not reply.valid:
+        return BAD_FORMAT.format(reason=reply.reason), NOTHING_HAPPENS
+    if not result.admissible:
+        return NOT_ADMISSIBLE.format(action=reply.action), NOTHING_HAPPENS
+    return (COMPLETED if result.won else EXECUTED), result.observation
+
+
+def _record_turn(br: _Branch, sample: Sample, text: str, reply, result, fmt: ChatFormat,
+                 config: RolloutConfig) -> None:
+    """Step 4: record the turn; end the branch, or grow its tokens by prefix extension with the tool result."""
+    status, observation = _tool_result(reply, result)
+    valid = reply.valid and result.admissible
+    br.invalid += not valid
+    br.turns.append(Turn(reply=text, action=reply.action, valid_format=reply.valid, admissible=valid,
+                         reason="" if valid else status, observation=observation, sampled=len(sample.tokens),
+                         stopped_on=sample.stopped_on))
+    br.mask += [1] * len(sample.tokens)
+    br.logprobs += sample.logprobs
+    if result.won or result.done:
+        br.won = result.won
+        br.end("won" if result.won else "max_steps", sample.tokens)
+        return
+    history = br.history + [{"role": "assistant", "content": text}]
+    content = tool_result_message(status, observation, result.admissible_commands)
+    nxt = build_next_prompt(fmt, br.tokens, sample.tokens, history, content)
+    if len(nxt) >= config.max_trajectory_tokens:  # no room for another reply: end on this one
+        br.end("max_tokens", sample.tokens)
+        return
+    br.history = history + [{"role": fmt.tool_role, "content": content}]
+    added = len(nxt) - len(br.tokens) - len(sample.tokens)
+    br.mask += [0] * added
+    br.logprobs += [0.0] * added
+    br.tokens = nxt
+
+
+def _play(policy, games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat, session,
+          on_turn: Callable[[int, int], None] | None = None) -> list[Trajectory]:
+    """Branch b plays ``games[b]``: one game K times (a group) or K different games (evaluation).
+    ``on_turn(turn, live)`` is called after every turn (progress)."""
+    k = len(games)
+    index = [sum(g.game_id == games[b].game_id for g in games[:b]) for b in range(k)]  # branch within its game
+    seeds = [branch_seed(config.seed, games[b].game_id, index[b]) for b in range(k)]
+    branches = _start(games, config, env, fmt)
     session = session or new_group_session(policy, seeds, batched=config.batched,
                                            prefill_dtype=config.prefill_dtype)
-    live = list(range(k))
+    live, turn = list(range(k)), 0
     while live:
-        budget = {b: config.max_trajectory_tokens - len(branches[b].prompt) for b in live}
-        # One sampling call for every live branch; the tightest token budget bounds the batch, and a
-        # branch whose reply would overflow its own budget is cut there below.
-        cfg = SampleConfig(temperature=config.temperature, top_p=config.top_p,
-                           max_new_tokens=min(config.max_new_tokens, max(budget[b] for b in live)))
+        samples, texts = _sample_replies(session, branches, live, config, policy.tokenizer)  # 1. sample
+        replies = {b: parse_reply(texts[b]) for b in live}  # 2. parse: None (bad format) uses a step, moves nothing
         tick = time.perf_counter()
-        samples = session.sample({b: branches[b].prompt for b in live}, cfg)
-        model_share = (time.perf_counter() - tick) / len(live)
-        actions, parsed, texts = {}, {}, {}
-        for b in live:
-            sample, br = samples[b], branches[b]
-            if len(sample.tokens) > budget[b]:  # cut at this branch's own budget
-                sample.tokens, sample.logprobs = sample.tokens[:budget[b]], sample.logprobs[:budget[b]]
-                sample.stopped_on = "budget"
-            br.model_seconds += model_share
-            br.prefilled += sample.prefilled
-            br.sampled += len(sample.tokens)
-            texts[b] = tokenizer.decode(sample.tokens, skip_special_tokens=True)
-            parsed[b] = parse_reply(texts[b])
-            actions[b] = parsed[b].action  # None (bad format) uses a step and changes nothing
-        tick = time.perf_counter()
-        results = env.step(actions)
+        results = env.step({b: replies[b].action for b in live})  # 3. step the game copies
         env_share = (time.perf_counter() - tick) / len(live)
-        for b in live:
-            br, sample, reply, result = branches[b], samples[b], parsed[b], results[b]
-            br.env_seconds += env_share
-            if not reply.valid:
-                status, observation = BAD_FORMAT.format(reason=reply.reason), NOTHING_HAPPENS
-            elif not result.admissible:
-                status, observation = NOT_ADMISSIBLE.format(action=reply.action), NOTHING_HAPPENS
-            else:
-                status, observation = (COMPLETED if result.won else EXECUTED), result.observation
-            valid = reply.valid and result.admissible
-            br.invalid += not valid
-            br.turns.append(Turn(reply=texts[b], action=reply.action, valid_format=reply.valid,
-                                 admissible=valid, reason="" if valid else status, observation=observation,
-                                 sampled=len(sample.tokens), stopped_on=sample.stopped_on))
-            br.mask += [1] * len(sample.tokens)
-            br.logprobs += sample.logprobs
-            if result.won or result.done:
-                br.won = result.won
-                br.end_reason = "won" if result.won else "max_steps"
-                br.prompt = br.prompt + sample.tokens  # the trajectory ends with the last reply
-                continue
-            br.history = br.history + [{"role": "assistant", "content": texts[b]}]
-            content = tool_result_message(status, observation, result.admissible_commands)
-            nxt = build_next_prompt(fmt, br.prompt, sample.tokens, br.history, content)
-            if len(nxt) >= config.max_trajectory_tokens:  # no room for another reply: end on this one
-                br.end_reason = "max_tokens"
-                br.prompt = br.prompt + sample.tokens
-                continue
-            br.history = br.history + [{"role": fmt.tool_role, "content": content}]
-            added = len(nxt) - len(br.prompt) - len(sample.tokens)
-            br.mask += [0] * added
-            br.logprobs += [0.0] * added
-            br.prompt = nxt
-        done = [b for b in live if branches[b].end_reason]
-        session.drop(done)
+        for b in live:  # 4. record, and extend each prompt with its tool result
+            branches[b].env_seconds += env_share
+            _record_turn(branches[b], samples[b], texts[b], replies[b], results[b], fmt, config)
+        session.drop([b for b in live if branches[b].end_reason])
         live = [b for b in live if not branches[b].end_reason]
-    out = []
-    for b in range(k):
-        br = branches[b]
-        assert len(br.prompt) == len(br.mask) == len(br.logprobs) <= config.max_trajectory_tokens
-        out.append(Trajectory(game_id=games[b].game_id, task_type=games[b].task_type, branch=index[b],
-                              seed=seeds[b], tokens=br.prompt, mask=br.mask, logprobs=br.logprobs,
-                              turns=br.turns, won=br.won, steps=len(br.turns), invalid=br.invalid,
-                              end_reason=br.end_reason, prompt_tokens=br.prompt_tokens, prefilled=br.prefilled,
-                              sampled=br.sampled, model_seconds=br.model_seconds, env_seconds=br.env_seconds))
-    return out
+        turn += 1
+        if on_turn:
+            on_turn(turn, len(live))
+    return [_trajectory(games[b], branches[b], index[b], seeds[b], config) for b in range(k)]
+
+
+def _trajectory(game, br: _Branch, branch: int, seed: int, config: RolloutConfig) -> Trajectory:
+    """The finished branch as a record."""
+    assert len(br.tokens) == len(br.mask) == len(br.logprobs) <= config.max_trajectory_tokens
+    return Trajectory(game_id=game.game_id, task_type=game.task_type, branch=branch, seed=seed, tokens=br.tokens,
+                      mask=br.mask, logprobs=br.logprobs, turns=br.turns, won=br.won, steps=len(br.turns),
+                      invalid=br.invalid, end_reason=br.end_reason, prompt_tokens=br.prompt_tokens,
+                      prefilled=br.prefilled, sampled=br.sampled, model_seconds=br.model_seconds,
+                      env_seconds=br.env_seconds)
 
 
 def rollout_batch(policy, games: list, config: RolloutConfig | None = None, progress: bool = True,
@@ -336,7 +289,12 @@ def rollout_batch(policy, games: list, config: RolloutConfig | None = None, prog
                 if env is not None:
                     env.close()
                 env = GroupEnv(k=rows, max_steps=config.max_steps, workers=config.workers)
-            played = _play(policy, [g for g in chunk for _ in range(config.k)], config, env, fmt, None)
+            def on_turn(turn: int, live: int, first=start) -> None:
+                bar.set_description(f"rollout groups {first + 1}-{first + len(chunk)}: turn {turn}/{config.max_steps}, "
+                                    f"{live} of {rows} playing", refresh=True)
+
+            played = _play(policy, [g for g in chunk for _ in range(config.k)], config, env, fmt, None,
+                           on_turn=on_turn if progress else None)
             groups += [played[i * config.k:(i + 1) * config.k] for i in range(len(chunk))]
             done = [t for g in groups for t in g]
             bar.update(len(chunk))

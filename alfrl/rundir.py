@@ -9,6 +9,8 @@ Each command marks its folder with the ``config.json`` it writes there first: a 
 * a folder of the same kind is continued with ``--resume``, replaced with ``--overwrite``, else refused;
 * a folder of another kind, or one without such a ``config.json`` (``runs/`` holding every run, a
   folder of your own), is always refused: ``--overwrite`` deletes only a folder of its own kind.
+
+Used by notebooks 05 and 06 (run and evaluation folders).
 """
 
 from __future__ import annotations

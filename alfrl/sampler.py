@@ -10,6 +10,8 @@ tokens that are new.
 Logprobs are those of the distribution actually sampled from: ``softmax(logits / T)``,
 renormalised over the top-p nucleus when ``top_p < 1``. Temperature 0 is greedy; its
 logprobs are reported at temperature 1.
+
+Taught in notebook 02 (KV-cached sampling across turns) and 03 (a group's branches).
 """
 
 from __future__ import annotations

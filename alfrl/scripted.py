@@ -5,6 +5,8 @@ so :func:`alfrl.rollout.rollout_group` plays scripted branches through exactly t
 prompts, tool results and token accounting as the model's. Uses: tests of the rollout
 logic, teaching examples with a known outcome, and expert trajectories for a supervised
 warm start, rendered token for token as a rollout would.
+
+Used in notebooks 03 and 05 (scripted groups whose outcomes are known).
 """
 
 from __future__ import annotations

