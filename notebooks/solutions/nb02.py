@@ -1,0 +1,22 @@
+"""Worked solutions to notebook 02's exercises (checked by ``exercises.nb02`` and ``tests/test_exercises_nb02.py``)."""
+
+from __future__ import annotations
+
+import json
+
+
+def reply_tokens(fmt, action: str) -> list[int]:
+    """The token ids a model samples to play ``action``: one tool call, then the end-of-turn token."""
+    call = json.dumps({"name": "alfworld_step", "arguments": {"action": action}})
+    text = f"<tool_call>\n{call}\n</tool_call>"   # alfrl.scripted.tool_call(action) writes the same
+    end_of_turn = fmt.encode(fmt.closing)[0]      # <|im_end|>: the closing starts with it
+    return fmt.encode(text) + [end_of_turn]
+
+
+def next_prompt(fmt, prompt: list[int], completion: list[int], history: list[dict], tool_content: str) -> list[int]:
+    """Turn t+1's prompt: the old prompt + the sampled tokens + the closing + the tool turn, no re-encoding."""
+    closing = fmt.encode(fmt.closing)
+    if completion and completion[-1] == closing[0]:  # the reply stopped on the end-of-turn token: keep it once
+        closing = closing[1:]
+    tool_turn = fmt.encode(fmt.tool_turn(history, tool_content))  # the tool result + the next generation prompt
+    return list(prompt) + list(completion) + closing + tool_turn
