@@ -3,6 +3,7 @@
 Commands:
   setup      expand the committed game packs into data/games (seconds) and list them
   demo       play one game to the end with ALFWorld's expert, in the real engine
+             (--agent warmstart|PATH: the course's own agent plays a held-out game instead)
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
@@ -53,11 +54,28 @@ def cmd_games(args: argparse.Namespace) -> None:
     print(_table(args.data_dir))
 
 
+AGENT_GAME = ("valid_unseen", 1)
+"""The agent's default game: (split, index) among the small rooms (``--max-expert-steps 8
+--max-receptacles 20``, the cpu preset's and the learning result's filters) of the committed games,
+sorted by id: look_at_obj_in_light-CellPhone-None-DeskLamp-305/trial_alfrl_s0_valid_unseen_00014, a
+held-out game (a floor plan never used for training, 11 receptacles) and one of the 5 of these 20 games
+that the shipped warm start wins in ``python -m alfrl eval --adapter warmstart --split valid_unseen
+--max-expert-steps 8 --max-receptacles 20 --max-steps 10 --max-new-tokens 48``: it wins in 6 turns of 10,
+in about 25 s on a CPU core."""
+
+HELD_OUT = {"valid_unseen": "held out: a room on a floor plan never used in training",
+            "valid_seen": "held out: a new room on a training floor plan, never trained on",
+            "train": "a training game: the warm start and RL train on this split"}
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
+    if args.agent:
+        return _agent_demo(args)
     from alfrl.expert import replay
     from alfrl.games import load_games
-    games = load_games(args.split, args.data_dir, task_types=(args.task,) if args.task else None)
-    game = games[args.index % len(games)]
+    games = load_games(args.split or "valid_seen", args.data_dir, task_types=(args.task,) if args.task else None,
+                       max_expert_steps=args.max_expert_steps, max_receptacles=args.max_receptacles)
+    game = games[(args.index or 0) % len(games)]
     print(f"game  {game.split}/{game.game_id}\ntask  {game.goal}\n"
           f"The handcoded expert plays it in the real ALFWorld engine ({len(game.walkthrough)} steps):\n")
     start = time.time()
@@ -68,6 +86,126 @@ def cmd_demo(args: argparse.Namespace) -> None:
     print(f"\nwon: {result.won} after {result.steps} steps ({time.time() - start:.1f} s)")
     if not result.won:
         sys.exit(1)
+
+
+def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
+    """``--agent``'s adapter, the model it belongs to, and a description: ``warmstart`` (the shipped one),
+    a LoRA adapter folder, a checkpoint folder (its ``adapter/``) or a training run directory (the adapter
+    of its newest checkpoint, on the model its config.json names unless ``model`` is given). A clear
+    FileNotFoundError when PATH holds none of these."""
+    from alfrl.checkpoint import latest_checkpoint
+    from alfrl.models import BUNDLED, WARM_START
+    from alfrl.rundir import read_config
+    if agent == WARM_START:
+        from alfrl.paths import WARM_START_DIR
+        return WARM_START, model or BUNDLED, f"the shipped warm start ({_shown(WARM_START_DIR)}, expert SFT)"
+    path = Path(agent)
+    how = ("pass --agent warmstart (the shipped warm start), a LoRA adapter folder (holding adapter_config.json, "
+           "e.g. runs/sft/adapter or runs/cpu/checkpoints/step_00006/adapter), or a training run directory "
+           "(e.g. runs/cpu: its newest checkpoint's adapter)")
+    if not path.exists():
+        raise FileNotFoundError(f"--agent {agent}: {path} does not exist; {how}")
+    if (path / "adapter_config.json").is_file():
+        return path, model or BUNDLED, f"the adapter in {path}"
+    if (path / "adapter" / "adapter_config.json").is_file():  # a checkpoint folder
+        return path / "adapter", model or BUNDLED, f"the adapter of checkpoint {path}"
+    checkpoint = latest_checkpoint(path)
+    if checkpoint is None:
+        raise FileNotFoundError(f"--agent {agent}: {path} holds no LoRA adapter (no adapter_config.json) and no "
+                                f"training checkpoint (no {path / 'checkpoints'}/step_*); {how}")
+    run_model = (read_config(path) or {}).get("model")
+    return (checkpoint / "adapter", model or run_model or BUNDLED,
+            f"the newest checkpoint of the run {path} ({checkpoint.name})")
+
+
+def _shown(path: Path) -> str:
+    from alfrl.paths import REPO_ROOT
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+class _ShowTurns:
+    """A one-game GroupEnv that prints the game's start and each turn as it is played, so the agent's demo
+    shows the game live while the real rollout code (:func:`alfrl.rollout.rollout_games`) plays it.
+    Everything else is the env's."""
+
+    def __init__(self, env):
+        self._env, self.turn = env, 0
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def reset(self, game):
+        start = self._env.reset(game)
+        print(start.observation, "\n", flush=True)
+        return start
+
+    def step(self, actions):
+        results = self._env.step(actions)
+        for b, action in actions.items():
+            self.turn += 1
+            result = results[b]
+            if action is None:
+                line = "(no valid tool call: the game does not move; the reason is below)"
+            elif not result.admissible:
+                line = f"> {action}   [invalid: not in the list of available actions]"
+            else:
+                line = f"> {action}"
+            print(f"[{self.turn:>2}] {line}\n     {result.observation}", flush=True)
+        return results
+
+
+def _agent_demo(args: argparse.Namespace) -> None:
+    from alfrl.env import GroupEnv
+    from alfrl.evaluate import EvalConfig
+    from alfrl.games import load_games
+    from alfrl.models import BUNDLED, check_adapter, load_policy
+    from alfrl.rollout import RolloutConfig, rollout_games
+    from alfrl.train_config import TrainConfig
+
+    small = TrainConfig()  # the cpu preset's rooms and episodes (the learning result's evaluation too)
+    greedy = EvalConfig()  # evaluation's sampling: near-greedy, its seed, its dtype and device
+    if args.max_steps < 1 or args.max_new_tokens < 1:
+        raise ValueError(f"--max-steps and --max-new-tokens must be at least 1 (got {args.max_steps}, "
+                         f"{args.max_new_tokens})")
+    adapter, model, described = agent_adapter(args.agent, args.model)
+    check_adapter(adapter, model)  # before anything loads: a clear error naming the folder
+    default_game = args.split is None and args.task is None and args.index is None and args.data_dir is None
+    split, index = AGENT_GAME if default_game else (args.split or AGENT_GAME[0], args.index or 0)
+    limits = dict(max_expert_steps=small.max_expert_steps if args.max_expert_steps is None else args.max_expert_steps,
+                  max_receptacles=small.max_receptacles if args.max_receptacles is None else args.max_receptacles)
+    games = load_games(split, args.data_dir, task_types=(args.task,) if args.task else None, **limits)
+    game = games[index % len(games)]
+    base = "SmolLM2-135M-Instruct (bundled)" if model == BUNDLED else model
+    print(f"game  {game.split}/{game.game_id} ({HELD_OUT.get(split, 'not a training game')}; "
+          f"{game.receptacles} receptacles, the expert needs {len(game.walkthrough)} steps)\n"
+          f"task  {game.goal}\n"
+          f"The course's agent plays it: {base} with {described}, through the alfworld_step tool, "
+          f"greedy (temperature {greedy.temperature}), at most {args.max_steps} turns of {args.max_new_tokens} "
+          "new tokens.\n")
+    start = time.time()
+    policy = load_policy(model, lora=str(adapter), dtype=greedy.dtype, device=greedy.device)
+    policy.model.eval()
+    loaded = time.time() - start
+    config = RolloutConfig(k=1, max_steps=args.max_steps, max_trajectory_tokens=small.max_trajectory_tokens,
+                           max_new_tokens=args.max_new_tokens, temperature=greedy.temperature, seed=greedy.seed,
+                           workers=0)
+    start = time.time()
+    with GroupEnv(k=1, max_steps=args.max_steps, workers=0) as env:
+        [played] = rollout_games(policy, [game], config, env=_ShowTurns(env))
+    seconds = time.time() - start
+    bad = [(i, t) for i, t in enumerate(played.turns, 1) if not t.valid_format]
+    if bad:
+        print("\nreplies that were not a valid tool call:")
+    for i, t in bad:
+        cut = f" (cut at --max-new-tokens {args.max_new_tokens})" if t.stopped_on == "budget" else ""
+        print(f"turn {i}: {t.reason}{cut}; the reply was {t.reply[:200]!r}")
+    end = {"won": "won", "max_steps": f"out of turns ({args.max_steps})",
+           "max_tokens": "out of tokens"}.get(played.end_reason, played.end_reason)
+    print(f"\nwon: {played.won} after {played.steps} steps, {played.invalid} invalid actions; {end} "
+          f"({seconds:.1f} s playing, {played.sampled} tokens sampled; model loaded in {loaded:.1f} s)")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
@@ -138,11 +276,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="games folder, or $ALFWORLD_DATA for official games")
     p.set_defaults(func=cmd_games)
 
-    p = sub.add_parser("demo", help="play one game to the end with ALFWorld's expert")
+    cpu = TrainConfig()
+    p = sub.add_parser("demo", help="play one game to the end with ALFWorld's expert (or --agent: the course's agent)",
+                       description="Play one game to the end in the real ALFWorld engine, turn by turn: ALFWorld's "
+                                   "handcoded expert, or with --agent the course's own agent (a LoRA adapter on "
+                                   "the model) through the alfworld_step tool, by the real rollout code.")
     p.add_argument("--data-dir", help="games folder, or $ALFWORLD_DATA for official games")
-    p.add_argument("--split", default="valid_seen")
+    p.add_argument("--split", help="valid_seen (the expert's default), valid_unseen (the agent's), or train")
     p.add_argument("--task", choices=TASK_TYPES, help="only games of this task type")
-    p.add_argument("--index", type=int, default=0, help="which game of the split (sorted by id)")
+    p.add_argument("--index", type=int, help="which game of the split (sorted by id; default 0, or for --agent "
+                                             f"{AGENT_GAME[0]} game {AGENT_GAME[1]}, which the warm start wins)")
+    p.add_argument("--agent", metavar="warmstart|PATH",
+                   help="the agent plays instead of the expert: warmstart (the shipped warm start), a LoRA adapter "
+                        "folder, or a training run directory (its newest checkpoint)")
+    p.add_argument("--model", help="the agent's base model (default: the bundled SmolLM2-135M, or the run's model)")
+    p.add_argument("--max-steps", type=int, default=cpu.max_steps,
+                   help=f"the agent's turns (default {cpu.max_steps}, as the cpu preset)")
+    p.add_argument("--max-new-tokens", type=int, default=cpu.max_new_tokens,
+                   help=f"tokens per reply of the agent (default {cpu.max_new_tokens}, as the cpu preset)")
+    p.add_argument("--max-expert-steps", type=int, help="only games the expert solves in at most this many steps "
+                                                        f"(default: none; {cpu.max_expert_steps} for --agent; 0 = any)")
+    p.add_argument("--max-receptacles", type=int, help="only rooms with at most this many receptacles "
+                                                       f"(default: none; {cpu.max_receptacles} for --agent; 0 = any)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("generate", help="make new games offline")

@@ -98,3 +98,71 @@ def test_generate_writes_games_and_packs(tmp_path):
     assert again.returncode == 2
     assert again.stderr.startswith(f"error: {tmp_path / 'games' / 'valid_unseen'} holds games made with "
                                    "other settings")
+
+
+def test_demo_agent_plays_turn_by_turn(tiny_games):
+    """``demo --agent warmstart``: the shipped warm start plays a game through the real rollout code,
+    printed turn by turn with the result; a reply cut short by --max-new-tokens is shown as invalid, with why."""
+    out = alfrl("demo", "--agent", "warmstart", "--data-dir", tiny_games.root, "--split", "valid_unseen",
+                "--task", "pick_and_place_simple", "--max-expert-steps", "0", "--max-receptacles", "0",
+                "--max-steps", "2", "--max-new-tokens", "48")
+    assert out.returncode == 0, out.stderr
+    [game] = load_games("valid_unseen", tiny_games.root, task_types=("pick_and_place_simple",))
+    assert f"game  valid_unseen/{game.game_id} (held out: " in out.stdout
+    assert "The course's agent plays it: SmolLM2-135M-Instruct (bundled) with the shipped warm start" in out.stdout
+    assert "greedy (temperature 0.01), at most 2 turns of 48 new tokens" in out.stdout
+    assert "-= Welcome to TextWorld, ALFRED! =-" in out.stdout
+    assert "[ 1] " in out.stdout
+    assert "\nwon: " in out.stdout and " invalid actions; " in out.stdout and " s playing" in out.stdout
+    if "won: True" not in out.stdout:
+        assert "[ 2] " in out.stdout and "won: False after 2 steps" in out.stdout
+
+    cut = alfrl("demo", "--agent", "warmstart", "--data-dir", tiny_games.root, "--split", "valid_unseen",
+                "--task", "pick_and_place_simple", "--max-expert-steps", "0", "--max-receptacles", "0",
+                "--max-steps", "1", "--max-new-tokens", "3")
+    assert cut.returncode == 0, cut.stderr
+    assert "[ 1] (no valid tool call" in cut.stdout
+    assert "turn 1: Invalid tool-call format: " in cut.stdout
+    assert "won: False after 1 steps, 1 invalid actions; out of turns (1)" in cut.stdout
+
+
+def test_demo_agent_takes_a_run_directory(tmp_path):
+    """--agent PATH: an adapter folder, a checkpoint folder, or a run directory's newest checkpoint."""
+    import json
+    import shutil
+
+    from alfrl.__main__ import agent_adapter
+    from alfrl.paths import WARM_START_DIR
+    run = tmp_path / "run"
+    for step in (1, 2):
+        shutil.copytree(WARM_START_DIR, run / "checkpoints" / f"step_{step:05d}" / "adapter")
+        (run / "checkpoints" / f"step_{step:05d}" / "state.json").write_text("{}")
+    (run / "config.json").write_text(json.dumps({"model": "some/model"}))
+    newest = run / "checkpoints" / "step_00002"
+    assert agent_adapter(str(run), None)[:2] == (newest / "adapter", "some/model")
+    assert agent_adapter(str(run), "bundled")[:2] == (newest / "adapter", "bundled")
+    assert agent_adapter(str(newest), None)[:2] == (newest / "adapter", "bundled")
+    assert agent_adapter(str(newest / "adapter"), None)[:2] == (newest / "adapter", "bundled")
+
+
+@pytest.mark.parametrize("where", ["missing", "empty"])
+def test_demo_agent_without_an_adapter_is_a_clear_error(tmp_path, where):
+    path = tmp_path / "runs" / "nothing"
+    if where == "empty":
+        path.mkdir(parents=True)
+    out = alfrl("demo", "--agent", path)
+    assert out.returncode == 2
+    assert out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"error: --agent {path}: {path} ")
+    assert ("does not exist" if where == "missing" else "holds no LoRA adapter") in out.stderr
+    assert "pass --agent warmstart" in out.stderr and "a training run directory" in out.stderr
+
+
+@pytest.mark.slow
+def test_demo_agent_default_game_is_a_held_out_win():
+    """The quick start's last step: the warm start wins its default held-out game (as its evaluation did)."""
+    out = alfrl("demo", "--agent", "warmstart")
+    assert out.returncode == 0, out.stderr
+    assert "game  valid_unseen/look_at_obj_in_light-CellPhone-None-DeskLamp-305/" in out.stdout
+    assert "(held out: a room on a floor plan never used in training" in out.stdout
+    assert "won: True after 6 steps, 0 invalid actions; won" in out.stdout
