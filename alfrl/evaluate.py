@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from alfrl import TASK_TYPES
 from alfrl.checkpoint import read_jsonl
 from alfrl.env import GroupEnv
-from alfrl.games import check_games, load_games
+from alfrl.games import GameSpec, check_games, load_games
 from alfrl.models import BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import END_REASONS, RolloutConfig, rollout_games
@@ -162,6 +162,33 @@ def read_records(out: str | Path) -> list[dict]:
     return read_jsonl(Path(out) / "records.jsonl")
 
 
+def selected_games(config: EvalConfig) -> list[tuple[str, GameSpec]]:
+    """The (split, GameSpec) pairs an evaluation with ``config`` plays: each split's games after the
+    filters, the first ``limit`` of one seeded order (so a smaller limit selects a prefix)."""
+    return [(split, g) for split in config.splits()
+            for g in load_games(split, config.data_dir, limit=config.limit, seed=0 if config.limit else None,
+                                max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)]
+
+
+def _of_selected(records: list[dict], selected: set[tuple[str, str]]) -> list[dict]:
+    return [r for r in records if (r["split"], r["game_id"]) in selected]
+
+
+def selected_records(config: EvalConfig) -> list[dict]:
+    """The records in ``config.out`` of exactly the games ``config`` selects (in the order they were
+    written): what :func:`evaluate` summarises into ``summary.json``. A folder evaluated with a larger
+    ``limit`` holds more records than the selection; read it with this, not :func:`read_records`.
+    Raises ValueError, saying how many, if a selected game has no record yet (run ``evaluate`` with
+    ``resume=True`` to play it)."""
+    selected = {(s, g.game_id) for s, g in selected_games(config)}
+    records = _of_selected(read_records(config.out), selected)
+    missing = selected - {(r["split"], r["game_id"]) for r in records}
+    if missing:
+        raise ValueError(f"{config.out} has no record of {len(missing)} of the {len(selected)} selected games "
+                         f"(e.g. {sorted(missing)[0][1]}); evaluate them first (evaluate with resume=True)")
+    return records
+
+
 def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = True) -> dict:
     """Play every selected game once; write records and a summary; return the summary.
 
@@ -172,10 +199,7 @@ def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = Tru
     config.check()
     if policy is None and config.adapter:
         check_adapter(config.adapter, config.model)
-    games = [(split, g) for split in config.splits()
-             for g in load_games(split, config.data_dir, limit=config.limit, seed=0 if config.limit else None,
-                                  max_expert_steps=config.max_expert_steps,
-                                  max_receptacles=config.max_receptacles)]
+    games = selected_games(config)
     out = Path(config.out)
     had_config = (out / CONFIG).is_file() and not config.overwrite
     prepared, done = _prepare(config, games)
@@ -213,7 +237,14 @@ def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], o
                             max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                             seed=config.seed, workers=0)
     bar = tqdm(total=len(todo), desc=f"eval {config.split}", unit="game", disable=not progress)
-    won = played = 0
+    won = played = turn = 0
+
+    def on_turn() -> None:  # the games of a batch end together: show the turn the batch is at
+        nonlocal turn
+        turn += 1
+        bar.set_postfix_str(f"turn {turn}/{config.max_steps} of games {played + 1}-{played + len(chunk)}"
+                            + (f", success {won / played:.2f}" if played else ""))
+
     env = None
     try:
         with (out / "records.jsonl").open("a") as f:
@@ -223,7 +254,9 @@ def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], o
                     if env is not None:
                         env.close()
                     env = GroupEnv(k=len(chunk), max_steps=config.max_steps, workers=0)
-                trajectories = rollout_games(policy, [g for _, g in chunk], rollout, env=env, fmt=fmt)
+                turn = 0
+                trajectories = rollout_games(policy, [g for _, g in chunk], rollout, env=_TurnTicker(env, on_turn),
+                                             fmt=fmt)
                 for (split, _), trajectory in zip(chunk, trajectories):
                     f.write(json.dumps(game_record(split, trajectory)) + "\n")
                 f.flush()
@@ -238,9 +271,25 @@ def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], o
     return _summarize(out, selected)
 
 
+class _TurnTicker:
+    """``env`` (a GroupEnv) calling ``on_turn()`` after each step, that is one turn of every live game,
+    so that a progress bar moves while a batch of games is decoded together. Everything else is the env's."""
+
+    def __init__(self, env: GroupEnv, on_turn):
+        self._env, self._on_turn = env, on_turn
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def step(self, actions):
+        results = self._env.step(actions)
+        self._on_turn()
+        return results
+
+
 def _summarize(out: Path, selected: set[tuple[str, str]]) -> dict:
     """The summary of the selected games' records (a folder resumed with a smaller limit keeps more)."""
-    summary = summarize([r for r in read_records(out) if (r["split"], r["game_id"]) in selected])
+    summary = summarize(_of_selected(read_records(out), selected))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, summarize,
-                            wilson_interval)
+from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
+                            selected_records, summarize, wilson_interval)
 
 
 def record(split: str, task: str, won: bool, invalid: int, steps: int, valid_calls: int, admissible: int,
@@ -72,6 +72,26 @@ def test_evaluate_refuses_to_overwrite_and_resumes(tmp_path, tiny_games, monkeyp
     monkeypatch.undo()
     again = evaluate(tiny_eval(out, tiny_games.root, overwrite=True, limit=1), progress=False)
     assert again["all"]["games"] == 1
+
+
+def test_selected_records_are_what_the_summary_counts(tmp_path, tiny_games, monkeypatch):
+    """A folder evaluated with a larger limit, read for a smaller one: exactly the selected games'
+    records, the ones summary.json summarises (notebook 06 re-run with a smaller limit)."""
+    out = tmp_path / "eval"
+    larger = tiny_eval(out, tiny_games.root, limit=3)
+    evaluate(larger, progress=False)
+    assert len(read_records(out)) == 3 and len(selected_records(larger)) == 3
+    smaller = tiny_eval(out, tiny_games.root, limit=2, resume=True)
+    chosen = [(s, g.game_id) for s, g in selected_games(smaller)]
+    assert chosen == [(s, g.game_id) for s, g in selected_games(larger)][:2]  # a prefix of one seeded order
+    monkeypatch.setattr("alfrl.evaluate.load_policy", lambda *a, **k: pytest.fail("a finished evaluation loads no model"))
+    summary = evaluate(smaller, progress=False)
+    records = selected_records(smaller)
+    assert sorted((r["split"], r["game_id"]) for r in records) == sorted(chosen)
+    assert summarize(records) == summary == json.loads((out / "summary.json").read_text())
+    assert summarize(read_records(out)) != summary  # all three stored records: not the selection
+    with pytest.raises(ValueError, match="no record of 1 of the 4 selected games.*resume=True"):
+        selected_records(tiny_eval(out, tiny_games.root, limit=4))
 
 
 def write_results(folder, wins: list[bool]) -> None:
