@@ -92,13 +92,13 @@ def expert_vs_junk(monkeypatch):
     import alfrl.rollout as rollout
     original = rollout._play
 
-    def play(policy, games, config, env, fmt, session):
+    def play(policy, games, config, env, fmt, session, on_turn=None):
         scripts = {}
         for b, game in enumerate(games):  # branch 0 of each game plays the expert, the others junk
             first = games.index(game) == b
             scripts[b] = expert_replies(game) if first else ["no"] * config.max_steps
         scripted = ScriptedSession(fmt, scripts, model=policy.model, temperature=config.temperature)
-        return original(policy, games, config, env, fmt, scripted)
+        return original(policy, games, config, env, fmt, scripted, on_turn=on_turn)
     monkeypatch.setattr(rollout, "_play", play)
 
 
