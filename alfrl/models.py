@@ -9,6 +9,7 @@ Taught in notebook 02 (loading a policy) and 05 (the adapter that training chang
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,6 +129,20 @@ class Policy:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
 
+@contextmanager
+def _quiet_loading():
+    """No "Loading weights" bar while a model loads: it takes a second here, and in a saved notebook the
+    bar stays frozen at 0%."""
+    from transformers.utils import logging as hf_logging
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype: str = "float32",
                 device: str = "cpu") -> Policy:
     """Load ``model`` with its tokenizer on ``device`` in ``dtype`` (either may be "auto", see
@@ -146,7 +161,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     try:
-        base = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
+        with _quiet_loading():
+            base = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype)
     except OSError as e:
         raise _unreachable(model, e) from None
     base.to(device)

@@ -25,6 +25,8 @@ def plot_training(metrics: list[dict], path: str | Path | None = None, title: st
     """
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.2), constrained_layout=True)
     steps = [m["step"] for m in metrics]
     for ax, (key, label, ylabel) in zip(axes, CURVES):
@@ -36,12 +38,18 @@ def plot_training(metrics: list[dict], path: str | Path | None = None, title: st
         if key == "signal":
             ax.set_ylim(-0.05, 1.05)
             ax.legend(fontsize=7, loc="best")
+        elif key == "reward":  # the reward lies in [-0.1 x steps, 1]: a fixed scale, so noise looks like noise
+            low = min([-1.0] + [m["reward"] for m in metrics if m.get("reward") is not None])
+            ax.set_ylim(low - 0.05, 1.05)
+        elif key == "invalid_per_episode":
+            ax.set_ylim(bottom=0, top=max([1.0] + [1.1 * m[key] for m in metrics if m.get(key) is not None]))
         if key == "clip_fraction" and not any(m.get(key) is not None for m in metrics):
             ax.text(0.5, 0.5, "one optimizer step per update:\nthe ratio is 1 when the gradient\n"
                     "is taken, the clip never acts\n(group-baseline REINFORCE)", ha="center", va="center",
                     transform=ax.transAxes, fontsize=8)
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("update")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     if title:

@@ -106,12 +106,13 @@ class _Branch:
 
 
 def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupEnv | None = None,
-                  fmt: ChatFormat | None = None, session=None) -> list[Trajectory]:
+                  fmt: ChatFormat | None = None, session=None,
+                  on_turn: Callable[[int, int], None] | None = None) -> list[Trajectory]:
     """Play ``config.k`` trajectories of ``game`` (a GameSpec) with ``policy``; one record per branch.
 
-    Pass an open ``env`` (with ``k`` copies) to reuse its workers across groups, and a
-    ``session`` (e.g. :class:`alfrl.scripted.ScriptedSession`) to play scripted replies
-    instead of sampling.
+    Pass an open ``env`` (with ``k`` copies) to reuse its workers across groups, a ``session``
+    (e.g. :class:`alfrl.scripted.ScriptedSession`) to play scripted replies instead of sampling,
+    and ``on_turn(turn, live_branches)`` to hear after every turn (progress).
     """
     config = config or RolloutConfig()
     fmt = fmt or ChatFormat(policy.tokenizer)
@@ -121,7 +122,7 @@ def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupE
         raise ValueError(f"the env has k={env.k}, max_steps={env.max_steps}; the config wants "
                          f"k={config.k}, max_steps={config.max_steps}")
     try:
-        return _play(policy, [game] * config.k, config, env, fmt, session)
+        return _play(policy, [game] * config.k, config, env, fmt, session, on_turn=on_turn)
     finally:
         if own_env:
             env.close()

@@ -160,7 +160,7 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
             if step % config.checkpoint_every == 0 or step == config.updates:
                 save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
                                 {"cursor": cursor}, keep_last=config.keep_checkpoints)
-            plot_training(history, run_dir / "plots.png", title=str(run_dir))
+            plot_training(history, run_dir / "plots.png", title=f"training run {run_dir.name}")
             bar.set_postfix(reward=f"{metrics['reward']:.2f}", success=f"{metrics['success']:.2f}")
             if on_update:
                 on_update(history)

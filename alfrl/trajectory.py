@@ -8,7 +8,8 @@ Taught in notebook 03 (a group's records) and 04 (the mask).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import lzma
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 END_REASONS = ("won", "max_steps", "max_tokens")
@@ -76,7 +77,11 @@ class Trajectory:
 
     @classmethod
     def from_json(cls, line: str) -> "Trajectory":
+        """A trajectory from its JSON line; keys that are not fields (e.g. the ``step`` a training run's
+        ``trajectories.jsonl`` adds) are ignored."""
         data = json.loads(line)
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
         data["turns"] = [Turn(**t) for t in data["turns"]]
         return cls(**data)
 
@@ -92,6 +97,8 @@ def save_trajectories(trajectories: list[Trajectory], path: str | Path, append: 
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read trajectories written by :func:`save_trajectories`."""
-    with Path(path).open() as f:
+    """Read trajectories written by :func:`save_trajectories` or a training run (``trajectories.jsonl``),
+    xz-compressed or not (the committed probes in ``data/results`` are ``.jsonl.xz``)."""
+    path = Path(path)
+    with (lzma.open(path, "rt") if path.suffix == ".xz" else path.open()) as f:
         return [Trajectory.from_json(line) for line in f if line.strip()]

@@ -193,3 +193,15 @@ def test_config_errors(policy, game):
     with pytest.raises(ValueError, match="max_trajectory_tokens"):
         rollout_group(policy, game, RolloutConfig(k=1, workers=0, max_trajectory_tokens=50))
 
+
+
+def test_committed_probe_trajectories_load_as_they_are():
+    """load_trajectories reads a training run's trajectories (which add a "step" key) straight from the
+    committed .jsonl.xz probes: every trajectory's mask marks exactly its sampled tokens."""
+    from alfrl.paths import REPO_ROOT
+    from alfrl.rollout import load_trajectories
+
+    trajectories = load_trajectories(REPO_ROOT / "data" / "results" / "cpu_T0.6_keepwin_trajectories.jsonl.xz")
+    assert len(trajectories) == 64
+    assert all(sum(t.mask) == t.sampled == sum(turn.sampled for turn in t.turns) for t in trajectories)
+    assert sum(t.won for t in trajectories) == 5  # the README's "5 wins in 64 episodes" at T=0.6
