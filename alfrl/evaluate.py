@@ -4,35 +4,41 @@ per-task success, invalid actions, and a comparison of checkpoints.
 ``python -m alfrl eval --adapter runs/cpu/checkpoints/step_00003/adapter --out runs/eval/step3``
 
 Results go to ``OUT/records.jsonl`` (one line per game, written as each game ends, so an
-interrupted evaluation continues with ``--resume``) and ``OUT/summary.json``.
+interrupted evaluation continues with ``--resume``) and ``OUT/summary.json``. The statistics are
+:mod:`alfrl.eval_stats`'s, the tables and figures :mod:`alfrl.eval_report`'s (both re-exported here).
+
+Taught in notebook 06 (evaluating checkpoints, reading what failed).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from math import comb
-from statistics import fmean
 
 import torch
 from tqdm.auto import tqdm
 
-from alfrl import TASK_TYPES
 from alfrl.checkpoint import read_jsonl
+from alfrl.checks import Range, check_fields
 from alfrl.env import GroupEnv
+from alfrl.eval_report import SHORT_TASK_NAMES, comparison_figure, comparison_table  # noqa: F401 (re-exported)
+from alfrl.eval_stats import paired_outcomes, read_records, summarize, wilson_interval  # noqa: F401 (re-exported)
 from alfrl.games import GameSpec, check_games, load_games
 from alfrl.models import BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype
 from alfrl.protocol import ChatFormat
-from alfrl.rollout import END_REASONS, RolloutConfig, rollout_games
+from alfrl.rollout import RolloutConfig, rollout_games
 from alfrl.rundir import CONFIG, EVAL, Prepared, check_output_dir, prepare_output_dir, read_config
 
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
-SHORT_TASK_NAMES = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep":
-                    "clean", "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool",
-                    "pick_two_obj_and_place": "pick two"}
+
+
+EVAL_RANGES = {**{name: Range(at_least=1) for name in ("max_steps", "max_trajectory_tokens", "max_new_tokens",
+                                                     "batch", "limit", "max_expert_steps", "max_receptacles",
+                                                     "threads")},
+               "temperature": Range(at_least=0)}
+"""The range of every numeric evaluation setting (:mod:`alfrl.checks`)."""
 
 
 @dataclass
@@ -87,12 +93,7 @@ class EvalConfig:
 
     def check(self) -> None:
         """A clear error for any setting that cannot work (before anything is loaded or written)."""
-        at_least = {"max_steps": 1, "max_trajectory_tokens": 1, "max_new_tokens": 1, "batch": 1, "limit": 1,
-                    "max_expert_steps": 1, "max_receptacles": 1, "threads": 1, "temperature": 0}
-        for name, low in at_least.items():
-            value = getattr(self, name)
-            if value is not None and not value >= low:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least {low} (got {value!r})")
+        check_fields(self, EVAL_RANGES, check_types=False)
         resolve_dtype(self.dtype, resolve_device(self.device))
 
 
@@ -104,31 +105,6 @@ def game_record(split: str, trajectory) -> dict:
             "end_reason": trajectory.end_reason,
             "valid_calls": sum(t.valid_format for t in turns), "admissible": sum(t.admissible for t in turns),
             "turns": len(turns), "trajectory": asdict(trajectory)}
-
-
-def summarize(records: list[dict]) -> dict:
-    """Success per split (and "all"), per task type within each split, invalid actions per episode,
-    mean steps, end reasons, valid tool-call rate and admissible rate."""
-    if not records:
-        raise ValueError("no records to summarise")
-
-    def stats(rows: list[dict]) -> dict:
-        turns = sum(r["turns"] for r in rows)
-        return {"games": len(rows), "won": sum(r["won"] for r in rows),
-                "success": fmean(r["won"] for r in rows),
-                "invalid_per_episode": fmean(r["invalid"] for r in rows),
-                "mean_steps": fmean(r["steps"] for r in rows),
-                "valid_call_rate": sum(r["valid_calls"] for r in rows) / turns if turns else 0.0,
-                "admissible_rate": sum(r["admissible"] for r in rows) / turns if turns else 0.0,
-                "end_reasons": {e: sum(r["end_reason"] == e for r in rows) for e in END_REASONS}}
-
-    by_split = defaultdict(list)
-    for r in records:
-        by_split[r["split"]].append(r)
-    out = {"splits": {s: stats(rows) for s, rows in sorted(by_split.items())}, "all": stats(records)}
-    out["tasks"] = {s: {t: stats([r for r in rows if r["task_type"] == t]) for t in TASK_TYPES
-                        if any(r["task_type"] == t for r in rows)} for s, rows in sorted(by_split.items())}
-    return out
 
 
 RESUMABLE = ("out", "overwrite", "resume", "batch", "threads", "limit")
@@ -155,11 +131,6 @@ def _prepare(config: EvalConfig, games: list) -> tuple[Prepared, set[tuple[str, 
     prepared = prepare_output_dir(out, EVAL, overwrite=config.overwrite, resume=config.resume, flag="--out")
     (out / CONFIG).write_text(json.dumps(asdict(config), indent=2))
     return prepared, done
-
-
-def read_records(out: str | Path) -> list[dict]:
-    """The records of an evaluation folder (a torn last line is skipped with a warning)."""
-    return read_jsonl(Path(out) / "records.jsonl")
 
 
 def selected_games(config: EvalConfig) -> list[tuple[str, GameSpec]]:
@@ -294,94 +265,3 @@ def _summarize(out: Path, selected: set[tuple[str, str]]) -> dict:
     return summary
 
 
-def wilson_interval(won: int, games: int, z: float = 1.96) -> tuple[float, float]:
-    """A 95% confidence interval for a success rate of ``won`` out of ``games`` (Wilson score):
-    with 20 games, 5 solved is 11%-47%, so small differences between checkpoints are noise."""
-    if games == 0:
-        return 0.0, 1.0
-    p = won / games
-    centre = (p + z * z / (2 * games)) / (1 + z * z / games)
-    half = z * ((p * (1 - p) / games + z * z / (4 * games * games)) ** 0.5) / (1 + z * z / games)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def paired_outcomes(before: str | Path, after: str | Path) -> dict:
-    """Before vs after on the games both folders played: how many games were ``gained`` (lost, then
-    won) and ``lost`` (won, then lost), and the exact two-sided sign-test (McNemar) p-value of that
-    split. Pairing removes the games' difficulty from the comparison, so it is sharper than two
-    separate intervals: 5 gained and 0 lost gives p = 0.0625, 6 and 0 gives p = 0.03125."""
-    won_before = {(r["split"], r["game_id"]): r["won"] for r in read_records(before)}
-    won_after = {(r["split"], r["game_id"]): r["won"] for r in read_records(after)}
-    common = won_before.keys() & won_after.keys()
-    if not common:
-        raise ValueError(f"{before} and {after} share no games; evaluate both on the same split and data")
-    gained = sum(won_after[g] and not won_before[g] for g in common)
-    lost = sum(won_before[g] and not won_after[g] for g in common)
-    n = gained + lost
-    p_value = min(1.0, 2 * sum(comb(n, i) for i in range(min(gained, lost) + 1)) / 2 ** n) if n else 1.0
-    return {"games": len(common), "gained": gained, "lost": lost, "p_value": p_value}
-
-
-def _paired_cell(first: str | Path, folder: str | Path) -> str:
-    try:
-        paired = paired_outcomes(first, folder)
-    except ValueError:  # evaluated on other games: nothing to pair
-        return "no shared games"
-    return f"+{paired['gained']}/-{paired['lost']} (p={paired['p_value']:.2f})"
-
-
-def comparison_table(results: dict[str, str | Path]):
-    """A pandas table, one row per named result folder: success per split and all, invalid/episode;
-    rows after the first also say which games changed against the first (``paired_outcomes``)."""
-    import pandas as pd
-    rows = []
-    first = next(iter(results.values()), None)
-    for i, (name, folder) in enumerate(results.items()):
-        s = json.loads((Path(folder) / "summary.json").read_text())
-        row = {"checkpoint": name}
-        row.update({f"{split} %": 100 * v["success"] for split, v in s["splits"].items()})
-        won, games = s["all"]["won"], s["all"]["games"]
-        low, high = wilson_interval(won, games)
-        row.update({"all %": 100 * s["all"]["success"], "solved": f"{won}/{games}",
-                    "95% interval": f"{100 * low:.0f}-{100 * high:.0f}", "games": games,
-                    "invalid / episode": s["all"]["invalid_per_episode"],
-                    "valid calls %": 100 * s["all"]["valid_call_rate"]})
-        if i > 0:
-            row["vs first: gained/lost (p)"] = _paired_cell(first, folder)
-        elif len(results) > 1:
-            row["vs first: gained/lost (p)"] = "-"
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("checkpoint")
-
-
-def comparison_figure(results: dict[str, str | Path], path: str | Path | None = None):
-    """Three panels like the reference's: success by split, success per task type, invalid actions."""
-    import matplotlib.pyplot as plt
-    summaries = {n: json.loads((Path(f) / "summary.json").read_text()) for n, f in results.items()}
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), constrained_layout=True)
-    width = 0.8 / max(1, len(summaries))
-    splits = sorted({s for v in summaries.values() for s in v["splits"]}) + ["all"]
-    for i, (name, s) in enumerate(summaries.items()):
-        values = [100 * (s["all"] if sp == "all" else s["splits"].get(sp, {"success": 0}))["success"]
-                  for sp in splits]
-        axes[0].bar([x + i * width for x in range(len(splits))], values, width, label=name)
-        per_task = defaultdict(list)
-        for split_tasks in s["tasks"].values():
-            for t, v in split_tasks.items():
-                per_task[t].extend([v["success"]] * v["games"])
-        tasks = [t for t in TASK_TYPES if t in per_task]
-        axes[1].bar([x + i * width for x in range(len(tasks))], [100 * fmean(per_task[t]) for t in tasks], width,
-                    label=name)
-        axes[1].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(tasks))],
-                           [SHORT_TASK_NAMES.get(t, t) for t in tasks], rotation=20)
-        axes[2].bar(i, s["all"]["invalid_per_episode"], label=name)
-    axes[0].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(splits))], splits)
-    axes[0].set_title("success % by split")
-    axes[1].set_title("success % per task type")
-    axes[2].set_xticks(range(len(summaries)), list(summaries), rotation=20)
-    axes[2].set_title("invalid actions / episode")
-    axes[0].legend()
-    if path is not None:
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-    return fig

@@ -1,0 +1,83 @@
+"""Tables and figures that compare evaluated checkpoints (their ``summary.json``), with intervals and
+the paired test of :mod:`alfrl.eval_stats`. Taught in notebook 06.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from statistics import fmean
+
+from alfrl import TASK_TYPES
+from alfrl.eval_stats import paired_outcomes, wilson_interval
+
+SHORT_TASK_NAMES = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep":
+                    "clean", "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool",
+                    "pick_two_obj_and_place": "pick two"}
+"""Short task names for axis labels."""
+
+
+def _paired_cell(first: str | Path, folder: str | Path) -> str:
+    try:
+        paired = paired_outcomes(first, folder)
+    except ValueError:  # evaluated on other games: nothing to pair
+        return "no shared games"
+    return f"+{paired['gained']}/-{paired['lost']} (p={paired['p_value']:.2f})"
+
+
+def comparison_table(results: dict[str, str | Path]):
+    """A pandas table, one row per named result folder: success per split and all, invalid/episode;
+    rows after the first also say which games changed against the first (``paired_outcomes``)."""
+    import pandas as pd
+    rows = []
+    first = next(iter(results.values()), None)
+    for i, (name, folder) in enumerate(results.items()):
+        s = json.loads((Path(folder) / "summary.json").read_text())
+        row = {"checkpoint": name}
+        row.update({f"{split} %": 100 * v["success"] for split, v in s["splits"].items()})
+        won, games = s["all"]["won"], s["all"]["games"]
+        low, high = wilson_interval(won, games)
+        row.update({"all %": 100 * s["all"]["success"], "solved": f"{won}/{games}",
+                    "95% interval": f"{100 * low:.0f}-{100 * high:.0f}", "games": games,
+                    "invalid / episode": s["all"]["invalid_per_episode"],
+                    "valid calls %": 100 * s["all"]["valid_call_rate"]})
+        if i > 0:
+            row["vs first: gained/lost (p)"] = _paired_cell(first, folder)
+        elif len(results) > 1:
+            row["vs first: gained/lost (p)"] = "-"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("checkpoint")
+
+
+def comparison_figure(results: dict[str, str | Path], path: str | Path | None = None):
+    """Three panels like the reference's: success by split, success per task type, invalid actions."""
+    import matplotlib.pyplot as plt
+    summaries = {n: json.loads((Path(f) / "summary.json").read_text()) for n, f in results.items()}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), constrained_layout=True)
+    width = 0.8 / max(1, len(summaries))
+    splits = sorted({s for v in summaries.values() for s in v["splits"]}) + ["all"]
+    for i, (name, s) in enumerate(summaries.items()):
+        values = [100 * (s["all"] if sp == "all" else s["splits"].get(sp, {"success": 0}))["success"]
+                  for sp in splits]
+        axes[0].bar([x + i * width for x in range(len(splits))], values, width, label=name)
+        per_task = defaultdict(list)
+        for split_tasks in s["tasks"].values():
+            for t, v in split_tasks.items():
+                per_task[t].extend([v["success"]] * v["games"])
+        tasks = [t for t in TASK_TYPES if t in per_task]
+        axes[1].bar([x + i * width for x in range(len(tasks))], [100 * fmean(per_task[t]) for t in tasks], width,
+                    label=name)
+        axes[1].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(tasks))],
+                           [SHORT_TASK_NAMES.get(t, t) for t in tasks], rotation=20)
+        axes[2].bar(i, s["all"]["invalid_per_episode"], label=name)
+    axes[0].set_xticks([x + width * (len(summaries) - 1) / 2 for x in range(len(splits))], splits)
+    axes[0].set_title("success % by split")
+    axes[1].set_title("success % per task type")
+    axes[2].set_xticks(range(len(summaries)), list(summaries), rotation=20)
+    axes[2].set_title("invalid actions / episode")
+    axes[0].legend()
+    if path is not None:
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+    return fig

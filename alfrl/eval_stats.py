@@ -1,0 +1,75 @@
+"""The statistics of an evaluation: success per split and task type, a Wilson interval for a success
+rate, and the paired sign test between two checkpoints evaluated on the same games.
+
+Pure functions of the records :mod:`alfrl.evaluate` writes (one per game). Taught in notebook 06
+(the summary by hand, the interval, the paired test).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import comb
+from pathlib import Path
+from statistics import fmean
+
+from alfrl import TASK_TYPES
+from alfrl.checkpoint import read_jsonl
+from alfrl.trajectory import END_REASONS
+
+
+def read_records(out: str | Path) -> list[dict]:
+    """The records of an evaluation folder (a torn last line is skipped with a warning)."""
+    return read_jsonl(Path(out) / "records.jsonl")
+
+
+def summarize(records: list[dict]) -> dict:
+    """Success per split (and "all"), per task type within each split, invalid actions per episode,
+    mean steps, end reasons, valid tool-call rate and admissible rate."""
+    if not records:
+        raise ValueError("no records to summarise")
+
+    def stats(rows: list[dict]) -> dict:
+        turns = sum(r["turns"] for r in rows)
+        return {"games": len(rows), "won": sum(r["won"] for r in rows),
+                "success": fmean(r["won"] for r in rows),
+                "invalid_per_episode": fmean(r["invalid"] for r in rows),
+                "mean_steps": fmean(r["steps"] for r in rows),
+                "valid_call_rate": sum(r["valid_calls"] for r in rows) / turns if turns else 0.0,
+                "admissible_rate": sum(r["admissible"] for r in rows) / turns if turns else 0.0,
+                "end_reasons": {e: sum(r["end_reason"] == e for r in rows) for e in END_REASONS}}
+
+    by_split = defaultdict(list)
+    for r in records:
+        by_split[r["split"]].append(r)
+    out = {"splits": {s: stats(rows) for s, rows in sorted(by_split.items())}, "all": stats(records)}
+    out["tasks"] = {s: {t: stats([r for r in rows if r["task_type"] == t]) for t in TASK_TYPES
+                        if any(r["task_type"] == t for r in rows)} for s, rows in sorted(by_split.items())}
+    return out
+
+
+def wilson_interval(won: int, games: int, z: float = 1.96) -> tuple[float, float]:
+    """A 95% confidence interval for a success rate of ``won`` out of ``games`` (Wilson score):
+    with 20 games, 5 solved is 11%-47%, so small differences between checkpoints are noise."""
+    if games == 0:
+        return 0.0, 1.0
+    p = won / games
+    centre = (p + z * z / (2 * games)) / (1 + z * z / games)
+    half = z * ((p * (1 - p) / games + z * z / (4 * games * games)) ** 0.5) / (1 + z * z / games)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def paired_outcomes(before: str | Path, after: str | Path) -> dict:
+    """Before vs after on the games both folders played: how many games were ``gained`` (lost, then
+    won) and ``lost`` (won, then lost), and the exact two-sided sign-test (McNemar) p-value of that
+    split. Pairing removes the games' difficulty from the comparison, so it is sharper than two
+    separate intervals: 5 gained and 0 lost gives p = 0.0625, 6 and 0 gives p = 0.03125."""
+    won_before = {(r["split"], r["game_id"]): r["won"] for r in read_records(before)}
+    won_after = {(r["split"], r["game_id"]): r["won"] for r in read_records(after)}
+    common = won_before.keys() & won_after.keys()
+    if not common:
+        raise ValueError(f"{before} and {after} share no games; evaluate both on the same split and data")
+    gained = sum(won_after[g] and not won_before[g] for g in common)
+    lost = sum(won_before[g] and not won_after[g] for g in common)
+    n = gained + lost
+    p_value = min(1.0, 2 * sum(comb(n, i) for i in range(min(gained, lost) + 1)) / 2 ** n) if n else 1.0
+    return {"games": len(common), "gained": gained, "lost": lost, "p_value": p_value}
