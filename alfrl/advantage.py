@@ -82,7 +82,9 @@ def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None =
     The learning signal: ``success`` is the win rate at the rollout temperature; ``win_group_rate`` the
     share of groups with at least one win (only those can teach winning: with p the win rate, a group of
     K has one with probability 1 - (1-p)^K); ``spread_group_rate`` the share whose rewards differ at all
-    (the rest have advantage 0 everywhere and teach nothing)."""
+    (the rest have advantage 0 everywhere and teach nothing). ``entropy``: the sampling distribution's
+    mean entropy per sampled token (nats; falling fast means the policy stops exploring);
+    ``reply_tokens``: sampled tokens per reply."""
     config = config or AdvantageConfig()
     trajectories = [t for g in groups for t in g]
     if not trajectories:
@@ -105,6 +107,9 @@ def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None =
         "win_group_rate": fmean(any(t.won for t in g) for g in groups),
         "mean_steps": fmean(t.steps for t in trajectories),
         "mean_tokens": fmean(len(t.tokens) for t in trajectories),
+        "reply_tokens": sum(t.sampled for t in trajectories) / max(1, sum(t.steps for t in trajectories)),
+        "entropy": (sum(t.entropy for t in trajectories) / sum(t.sampled for t in trajectories)
+                    if any(t.sampled for t in trajectories) else 0.0),
         "sampled_tokens": sum(t.sampled for t in trajectories),
         "prefilled_tokens": sum(t.prefilled for t in trajectories),
         "model_seconds": sum(t.model_seconds for t in trajectories),

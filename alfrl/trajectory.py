@@ -67,6 +67,8 @@ class Trajectory:
     """This branch's share of the group's model time (a batched step is split among the branches in it)."""
     env_seconds: float
     """This branch's share of the group's env time."""
+    entropy: float = 0.0
+    """Entropy (nats) of the sampling distribution at each sampled token, summed (``/ sampled``: the mean)."""
     reward: float | None = None
     """Set by alfrl.advantage."""
     advantage: float | None = None

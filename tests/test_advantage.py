@@ -88,3 +88,14 @@ def test_batch_stats_by_hand():
     assert s["model_seconds"] == 4.0 and s["env_seconds"] == pytest.approx(0.4)
     with pytest.raises(ValueError, match="no trajectories"):
         batch_stats([])
+
+
+def test_batch_stats_entropy_and_reply_length_by_hand():
+    """entropy = summed entropies / sampled tokens; reply_tokens = sampled tokens / replies."""
+    from dataclasses import replace as with_
+
+    a = with_(traj(True, 0, steps=2), sampled=10, entropy=5.0)
+    b = with_(traj(False, 1, steps=3), sampled=20, entropy=4.0)
+    stats = batch_stats([[a, b]])
+    assert math.isclose(stats["entropy"], 9.0 / 30)
+    assert math.isclose(stats["reply_tokens"], 30 / 5)
