@@ -191,7 +191,7 @@ def _agent_demo(args: argparse.Namespace) -> None:
     loaded = time.time() - start
     config = RolloutConfig(k=1, max_steps=args.max_steps, max_trajectory_tokens=small.max_trajectory_tokens,
                            max_new_tokens=args.max_new_tokens, temperature=greedy.temperature, seed=greedy.seed,
-                           workers=0)
+                           workers=0, draft_tokens=greedy.draft_tokens)
     start = time.time()
     with GroupEnv(k=1, max_steps=args.max_steps, workers=0) as env:
         [played] = rollout_games(policy, [game], config, env=_ShowTurns(env))

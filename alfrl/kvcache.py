@@ -38,6 +38,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from alfrl.attention import gqa_attention
+
 MIN_SPARE = 256
 """Spare columns allocated when a layer's buffer grows (or half the length, if more)."""
 PREFILL_MIN = 16
@@ -133,9 +135,10 @@ class GroupCache:
         return int((~self.mask).sum())
 
     @torch.inference_mode()
-    def forward(self, tokens: list[list[int]], pad_id: int) -> torch.Tensor:
+    def forward(self, tokens: list[list[int]], pad_id: int, every_position: bool = False) -> torch.Tensor:
         """Read ``tokens[r]`` into row ``r`` (rows may read different numbers, or none);
-        returns each row's logits after its last new token (rows that read nothing: zeros)."""
+        returns each row's logits after its last new token (rows that read nothing: zeros), or with
+        ``every_position`` the logits after each new token, [rows, width, vocab] (pad columns: zeros)."""
         if len(tokens) != self.rows:
             raise ValueError(f"got tokens for {len(tokens)} rows; the cache has {self.rows}")
         width = max(len(t) for t in tokens)
@@ -147,16 +150,30 @@ class GroupCache:
         positions = self.positions[:, None] + columns
         mask = torch.cat([self.mask, new_mask], dim=1)
         last = (counts - 1).clamp(min=0)
-        keep = torch.unique(last)  # the language-model head runs only where a row's next token is sampled
+        # the language-model head runs only where a row's next token is sampled (or everywhere: 0)
+        keep = 0 if every_position else torch.unique(last)
         prefill = self.prefill_dtype is not None and width >= PREFILL_MIN
-        with torch.autocast(self.device.type, dtype=self.prefill_dtype, enabled=prefill):
+        with torch.autocast(self.device.type, dtype=self.prefill_dtype, enabled=prefill), gqa_attention(self.model):
             out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask.long(),
                              position_ids=positions, cache=self.cache, use_cache=True, logits_to_keep=keep)
         self.cache = out.cache
         self.mask = mask
         self.positions = self.positions + counts
+        if every_position:
+            return out.logits.float().masked_fill(~new_mask[:, :, None], 0.0)
         logits = out.logits[torch.arange(self.rows, device=self.device), torch.searchsorted(keep, last)].float()
         return logits.masked_fill((counts == 0)[:, None], 0.0)
+
+    @torch.inference_mode()
+    def unread(self, drop: list[int]) -> None:
+        """Forget the last ``drop[r]`` tokens row ``r`` read: their columns become holes and the row's next
+        position moves back, so the next token read takes the first forgotten one's position (used for
+        draft tokens that speculative decoding rejected)."""
+        for row, n in enumerate(drop):
+            if n:
+                real = torch.nonzero(self.mask[row]).flatten()[-n:]
+                self.mask[row, real] = False
+                self.positions[row] -= n
 
     def keep(self, rows: list[int]) -> None:
         """Keep the rows listed, in that order: drops finished branches; a row listed twice is

@@ -61,6 +61,9 @@ class RolloutConfig:
     prefill_dtype: str | None = None
     """Read prompts and tool results under this autocast dtype ("bfloat16": ~1.7x faster reads on a
     CPU with AMX/avx512_bf16); decode steps stay in the model's precision. None: off."""
+    draft_tokens: int = 0
+    """Speculative decoding by prompt lookup: tokens guessed from each branch's history and checked in
+    one forward pass (see alfrl.sampler; the replies keep plain sampling's distribution). 0: off."""
     groups_per_batch: int = 1
     """Groups that :func:`rollout_batch` plays together, k x this many rows decoded in one batch.
     On a CPU the decode step reads the weights once whatever the batch, so 2 groups of 4 take
@@ -70,6 +73,8 @@ class RolloutConfig:
         if self.k < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
             raise ValueError(f"k, max_steps and max_new_tokens must be >= 1 (got {self.k}, {self.max_steps}, "
                              f"{self.max_new_tokens})")
+        if self.draft_tokens < 0:
+            raise ValueError(f"draft_tokens must be >= 0 (0 = no speculative decoding; got {self.draft_tokens})")
         if self.prefill_dtype not in (None, "bfloat16", "float16"):
             raise ValueError(f"prefill_dtype must be None, 'bfloat16' or 'float16' (got {self.prefill_dtype!r})")
 
@@ -95,6 +100,7 @@ class _Branch:
     sampled: int = 0
     model_seconds: float = 0.0
     env_seconds: float = 0.0
+    entropy: float = 0.0
     end_reason: str = ""
     won: bool = False
     prompt_tokens: int = 0
@@ -176,7 +182,7 @@ def _sample_replies(session, branches: dict[int, _Branch], live: list[int], conf
     budget = {b: config.max_trajectory_tokens - len(branches[b].tokens) for b in live}
     # One sampling call for every live branch; the loosest budget bounds the batch, and a branch whose
     # reply would overflow its own budget is cut there.
-    cfg = SampleConfig(temperature=config.temperature, top_p=config.top_p,
+    cfg = SampleConfig(temperature=config.temperature, top_p=config.top_p, draft_tokens=config.draft_tokens,
                        max_new_tokens=min(config.max_new_tokens, max(budget[b] for b in live)))
     tick = time.perf_counter()
     samples = session.sample({b: branches[b].tokens for b in live}, cfg)
@@ -186,10 +192,12 @@ def _sample_replies(session, branches: dict[int, _Branch], live: list[int], conf
         sample, br = samples[b], branches[b]
         if len(sample.tokens) > budget[b]:
             sample.tokens, sample.logprobs = sample.tokens[:budget[b]], sample.logprobs[:budget[b]]
+            sample.entropies = sample.entropies[:budget[b]]
             sample.stopped_on = "budget"
         br.model_seconds += model_share
         br.prefilled += sample.prefilled
         br.sampled += len(sample.tokens)
+        br.entropy += sum(sample.entropies)
         texts[b] = tokenizer.decode(sample.tokens, skip_special_tokens=True)
     return samples, texts
 
@@ -266,7 +274,7 @@ def _trajectory(game, br: _Branch, branch: int, seed: int, config: RolloutConfig
                       mask=br.mask, logprobs=br.logprobs, turns=br.turns, won=br.won, steps=len(br.turns),
                       invalid=br.invalid, end_reason=br.end_reason, prompt_tokens=br.prompt_tokens,
                       prefilled=br.prefilled, sampled=br.sampled, model_seconds=br.model_seconds,
-                      env_seconds=br.env_seconds)
+                      env_seconds=br.env_seconds, entropy=br.entropy)
 
 
 def rollout_batch(policy, games: list, config: RolloutConfig | None = None, progress: bool = True,

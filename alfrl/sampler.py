@@ -16,7 +16,8 @@ Taught in notebook 02 (KV-cached sampling across turns) and 03 (a group's branch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +34,10 @@ class SampleConfig:
     """Nucleus sampling mass (1 = off)."""
     max_new_tokens: int = 256
     """Budget of sampled tokens per reply."""
+    draft_tokens: int = 0
+    """Speculative decoding by prompt lookup (0 = off): each forward pass also checks up to this many
+    tokens guessed from the branch's own history (:func:`lookup_draft`), accepted or resampled so that the
+    reply has exactly the distribution of plain sampling (see :meth:`GroupSession.sample`)."""
 
 
 @dataclass
@@ -45,6 +50,9 @@ class Sample:
     """"eos" (an end-of-turn token) or "budget" (max_new_tokens)."""
     prefilled: int
     """Tokens run through the model to read the prompt this turn."""
+    entropies: list[float] = field(default_factory=list)
+    """The entropy (nats) of the distribution each token was sampled from: how unsure the policy was where
+    it chose (their mean is the policy entropy trainers log). Empty for scripted replies."""
 
 
 def token_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -88,7 +96,9 @@ class GroupSession:
         self.forward_tokens = 0
         """Token columns run through the model (shared prompts once, pad columns included)."""
         probe = GroupCache(model, 1)
-        self.batched = batched and supports_holes(probe.cache)
+        self.holes = supports_holes(probe.cache)
+        """Whether cached columns can be masked out (batching branches, unreading rejected drafts)."""
+        self.batched = batched and self.holes
         autocast = getattr(torch, prefill_dtype) if prefill_dtype else None
         self.caches = [GroupCache(model, 0 if self.batched else 1, prefill_dtype=autocast) for _ in
                        (range(1) if self.batched else self.branches)]
@@ -145,20 +155,146 @@ class GroupSession:
         self.forward_tokens += cache.rows * max(len(t) for t in tokens)
         return cache.forward(tokens, self.pad_id)
 
-    def _forward_each(self, tokens: list[list[int]]) -> torch.Tensor:
-        rows = [c.forward([t], self.pad_id)[0] if t else None for c, t in zip(self.caches, tokens)]
-        width = next(r.shape[-1] for r in rows if r is not None)
-        return torch.stack([r if r is not None else torch.zeros(width, device=self.device) for r in rows])
+    def _forward_each(self, tokens: list[list[int]], every_position: bool = False) -> torch.Tensor:
+        rows = [c.forward([t], self.pad_id, every_position)[0] if t else None for c, t in zip(self.caches, tokens)]
+        shape = next(r.shape for r in rows if r is not None)
+        if every_position:  # pad every row to the widest read
+            width = max(len(t) for t in tokens)
+            rows = [torch.nn.functional.pad(r, (0, 0, 0, width - r.shape[0])) if r is not None else
+                    torch.zeros(width, shape[-1], device=self.device) for r in rows]
+            return torch.stack(rows)
+        return torch.stack([r if r is not None else torch.zeros(shape, device=self.device) for r in rows])
+
+    def _forward_all(self, tokens: list[list[int]]) -> torch.Tensor:
+        """Like :meth:`_forward` after the first read, with the logits after every new token
+        ([live branches, widest read, vocab])."""
+        for b, t in zip(self.branches, tokens):
+            self.read[b].extend(t)
+        if not self.batched:
+            self.forward_tokens += sum(len(t) for t in tokens)
+            return self._forward_each(tokens, every_position=True)
+        self.forward_tokens += self.caches[0].rows * max(len(t) for t in tokens)
+        return self.caches[0].forward(tokens, self.pad_id, every_position=True)
+
+    def _unread(self, drop: dict[int, int]) -> None:
+        """Forget the last ``drop[b]`` tokens each live branch read (rejected draft tokens)."""
+        for b, n in drop.items():
+            if n:
+                del self.read[b][-n:]
+        if self.batched:
+            self.caches[0].unread([drop.get(b, 0) for b in self.branches])
+        else:
+            for cache, b in zip(self.caches, self.branches):
+                cache.unread([drop.get(b, 0)])
+
+    def _draw(self, logp: torch.Tensor, branch: int, temperature: float, exclude: int | None = None) -> int:
+        """One token from ``exp(logp)`` (``exclude`` removed, renormalised), with the branch's own RNG."""
+        if temperature == 0:
+            if exclude is not None:
+                logp = logp.clone()
+                logp[exclude] = float("-inf")
+            return int(torch.argmax(logp))
+        probs = logp.exp()
+        if exclude is not None:
+            probs[exclude] = 0.0
+            if not bool(probs.any()):  # all the mass was on the excluded token (only float rounding rejects it)
+                return exclude
+        return int(torch.multinomial(probs, 1, generator=self.generators[branch]))
+
+    def _accept(self, logp: torch.Tensor, token: int, token_logp: float, branch: int, temperature: float) -> bool:
+        """Whether draft ``token`` stands: with probability p(token), the branch's RNG deciding
+        (greedy: when it is the argmax)."""
+        if temperature == 0:
+            return int(torch.argmax(logp)) == token
+        u = torch.rand(1, generator=self.generators[branch], device=self.device)
+        return float(u) < math.exp(token_logp)
+
+    def _sample_speculative(self, logits: torch.Tensor, new: list[list[int]], cfg: SampleConfig) -> dict[int, Sample]:
+        live = list(self.branches)
+        reply = {b: [] for b in live}
+        logprobs = {b: [] for b in live}
+        entropies = {b: [] for b in live}
+        stopped = {b: "budget" for b in live}
+
+        def take(b: int, token: int, logp: torch.Tensor, token_logp: float, entropy: float) -> bool:
+            """Append a token to branch b's reply; False once the reply has ended."""
+            reply[b].append(token)
+            logprobs[b].append(token_logp)
+            entropies[b].append(entropy)
+            if token in self.stop_ids:
+                stopped[b] = "eos"
+                return False
+            return len(reply[b]) < cfg.max_new_tokens
+
+        running = []
+        first = token_distribution(logits, cfg.temperature, cfg.top_p)
+        first_entropy = torch.special.entr(first.exp()).sum(-1).tolist()
+        for i, b in enumerate(live):
+            token = self._draw(first[i], b, cfg.temperature)
+            if take(b, token, first[i], float(first[i, token]), first_entropy[i]):
+                running.append(b)
+        while running:
+            # each running branch reads its pending (last sampled) token and a draft of what may follow
+            drafts = {b: lookup_draft(self.read[b] + reply[b][-1:],
+                                      min(cfg.draft_tokens, cfg.max_new_tokens - len(reply[b])))
+                      for b in running}
+            feed = [[reply[b][-1]] + drafts[b] if b in drafts else [] for b in self.branches]
+            before = {b: len(reply[b]) for b in running}
+            logp_all = token_distribution(self._forward_all(feed), cfg.temperature, cfg.top_p)
+            entropy_all = torch.special.entr(logp_all.exp()).sum(-1)
+            still = []
+            for b in running:
+                i = self.branches.index(b)
+                draft = drafts[b]
+                width = len(draft) + 1
+                logp, entropy = logp_all[i, :width], entropy_all[i, :width].tolist()
+                drafted = logp[torch.arange(len(draft)), torch.tensor(draft, dtype=torch.long)].tolist() if draft else []
+                going = True
+                for j, token in enumerate(draft):
+                    if not self._accept(logp[j], token, drafted[j], b, cfg.temperature):
+                        nxt = self._draw(logp[j], b, cfg.temperature, exclude=token)
+                        going = take(b, nxt, logp[j], float(logp[j, nxt]), entropy[j])
+                        break
+                    going = take(b, token, logp[j], drafted[j], entropy[j])
+                    if not going:
+                        break
+                else:  # every draft token accepted: one more from after the last
+                    j = len(draft)
+                    nxt = self._draw(logp[j], b, cfg.temperature)
+                    going = take(b, nxt, logp[j], float(logp[j, nxt]), entropy[j])
+                if going:
+                    still.append(b)
+            # every reply token but the last is read: unread the rest of what was fed
+            self._unread({b: len(drafts[b]) + 1 - (len(reply[b]) - before[b]) for b in running})
+            running = still
+        if self.batched and self.caches[0].holes > self.compact_at * self.caches[0].mask.numel():
+            self.caches[0].compact()
+        return {b: Sample(tokens=reply[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n),
+                          entropies=entropies[b])
+                for b, n in zip(live, new)}
 
     def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
-        """Read what is new in each branch's prompt, then sample one reply per branch."""
+        """Read what is new in each branch's prompt, then sample one reply per branch.
+
+        With ``cfg.draft_tokens`` (and a cache that can have holes), decoding is speculative: each
+        forward pass reads a branch's last sampled token plus a draft of the tokens that followed the
+        same few tokens earlier in its history (a tool call's boilerplate, an action named in the list
+        of available ones). Draft token x is accepted with probability p(x) under the sampling
+        distribution; at the first rejection the token is drawn from p with x removed (renormalised),
+        and if all are accepted one more token is drawn after them. Each token then has exactly
+        plain sampling's distribution (a draft that is one fixed guess is the simplest case of
+        speculative sampling), and its logprob is log p. Rejected draft tokens are unread from the
+        cache (:meth:`GroupCache.unread`)."""
         if not self.branches and not prompts:
             return {}
         new = self._new_tokens(prompts)
         logits = self._forward(new)
+        if cfg.draft_tokens > 0 and self.holes:
+            return self._sample_speculative(logits, new, cfg)
         live = list(self.branches)
         tokens = {b: [] for b in live}
         logprobs = {b: [] for b in live}
+        entropies = {b: [] for b in live}
         stopped = {b: "budget" for b in live}
         running = set(live)
         for step in range(cfg.max_new_tokens):
@@ -171,16 +307,18 @@ class GroupSession:
                 picked = torch.cat([torch.multinomial(logp[i].exp(), 1, generator=self.generators[live[i]])
                                     for i in rows])
             # two reads from the device per step, whatever the number of branches
-            picked_logp = logp[index, picked].tolist()
-            sampled = dict(zip(rows, zip(picked.tolist(), picked_logp)))
+            entropy = torch.special.entr(logp[index].exp()).sum(-1)  # -sum p log p; 0 outside a nucleus
+            picked_logp, picked_entropy = torch.stack([logp[index, picked], entropy]).tolist()
+            sampled = dict(zip(rows, zip(picked.tolist(), picked_logp, picked_entropy)))
             feed = []
             for i, b in enumerate(live):
                 if b not in running:
                     feed.append([])
                     continue
-                token, token_logp = sampled[i]
+                token, token_logp, token_entropy = sampled[i]
                 tokens[b].append(token)
                 logprobs[b].append(token_logp)
+                entropies[b].append(token_entropy)
                 if token in self.stop_ids:
                     stopped[b] = "eos"
                     running.discard(b)
@@ -191,7 +329,8 @@ class GroupSession:
         # The last sampled token is read at the start of the next turn, with the tool result.
         if self.batched and self.caches[0].holes > self.compact_at * self.caches[0].mask.numel():
             self.caches[0].compact()
-        return {b: Sample(tokens=tokens[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n))
+        return {b: Sample(tokens=tokens[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n),
+                          entropies=entropies[b])
                 for b, n in zip(live, new)}
 
 
@@ -219,6 +358,20 @@ class Session:
     def tokens_read(self) -> int:
         """Every token run through the model: prompts plus sampled tokens fed back."""
         return len(self.cached)
+
+
+def lookup_draft(history: list[int], length: int, longest: int = 3) -> list[int]:
+    """Prompt-lookup drafting: the ``length`` tokens that followed the latest earlier occurrence of the
+    history's last ``longest`` tokens (or fewer, down to 1), or [] if there is none. In a tool-calling
+    episode that is the boilerplate of the last call and the names in the list of available actions."""
+    if length <= 0:
+        return []
+    for n in range(min(longest, len(history) - 1), 0, -1):
+        key = history[-n:]
+        for start in range(len(history) - n - 1, -1, -1):
+            if history[start:start + n] == key:
+                return history[start + n:start + n + length]
+    return []
 
 
 def stop_ids(tokenizer) -> set[int]:

@@ -5,7 +5,7 @@ amplification (tokens each branch ran through the model / its final length; and 
 batch's token columns, pad columns included, / all final tokens), and the env's share of
 the wall time. With ``--compare`` the same group is also played one branch at a time.
 
-    python benchmarks/rollout_speed.py --k 8 --max-steps 10 --max-new-tokens 64 --temperature 0.6 --variants lora float32
+    python benchmarks/rollout_speed.py --k 8 --max-steps 10 --max-new-tokens 64 --temperature 0.6 --variants lora float32 float32+bf16-prefill
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def main() -> None:
     parser.add_argument("--lora", default="warmstart", help='an adapter folder, "warmstart", or "none"')
     parser.add_argument("--variants", nargs="+", default=["lora"],
                         help='"lora" (the trained model as it is) and/or a dtype for a merged sampling copy '
-                             '(alfrl.models.sampling_copy), e.g. "float32"')
+                             '(alfrl.models.sampling_copy), e.g. "float32"; "+bf16-prefill" added to either reads '
+                             'prompts and tool results under bfloat16 autocast (RolloutConfig.prefill_dtype)')
     parser.add_argument("--compare", action="store_true", help="also play the group one branch at a time")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -68,10 +69,13 @@ def main() -> None:
           f"adapter {args.lora}\n")
     modes = (("batched", True), ("one by one", False)) if args.compare else (("batched", True),)
     for variant, (name, batched) in ((v, m) for v in args.variants for m in modes):
-        policy = trained if variant == "lora" else sampling_copy(trained, variant)
-        name = f"{name}, {'float32 + LoRA' if variant == 'lora' else f'merged {variant} copy'}"
+        weights, _, prefill = variant.partition("+")
+        policy = trained if weights == "lora" else sampling_copy(trained, weights)
+        name = (f"{name}, {'float32 + LoRA' if weights == 'lora' else f'merged {weights} copy'}"
+                f"{', prompts read in bfloat16' if prefill else ''}")
         config = RolloutConfig(k=args.k, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
-                               temperature=args.temperature, batched=batched)
+                               temperature=args.temperature, batched=batched,
+                               prefill_dtype="bfloat16" if prefill else None)
         r = run(policy, game, config)
         print(f"{name}: {r['wall']:.1f} s for {args.k} trajectories ({r['turns']} turns, {r['final']} tokens; "
               f"{r['won']} won, {r['invalid']} invalid replies)")

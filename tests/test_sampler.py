@@ -203,3 +203,18 @@ def test_bf16_prefill_reads_long_prompts_in_bfloat16_and_keeps_the_cache_in_floa
     first.forward([long, long[:-1]], 0)
     first.forward([[7], [8]], 0)
     assert all(layer.keys.dtype == layer.values.dtype == torch.float32 for layer in first.cache.layers)
+
+
+def test_each_sampled_token_carries_the_entropy_of_its_distribution(policy, fmt):
+    """Sample.entropies[i] = -sum p log p of the distribution token i was drawn from (a full forward pass
+    recomputes it), at the sampling temperature."""
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    session = new_session(policy, seed=3)
+    sample = session.sample(prompt, SampleConfig(temperature=0.7, max_new_tokens=4))
+    assert len(sample.entropies) == len(sample.tokens) == 4
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([prompt + sample.tokens])).logits[0].float()
+    for i in range(4):
+        logp = torch.log_softmax(logits[len(prompt) - 1 + i] / 0.7, dim=-1)
+        expected = float(-(logp.exp() * logp).sum())
+        assert math.isclose(sample.entropies[i], expected, rel_tol=1e-3, abs_tol=1e-4)
