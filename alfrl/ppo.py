@@ -183,10 +183,11 @@ def ppo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
 
 
 def micro_batches(trajectories: list[Trajectory], max_tokens: int) -> list[list[Trajectory]]:
-    """Group trajectories (longest first) so each group's padded size stays under ``max_tokens``."""
+    """Group trajectories (longest first) so each group's padded size (up to each one's last sampled
+    token, :func:`trained_length`) stays under ``max_tokens``."""
     batches, current = [], []
-    for t in sorted(trajectories, key=lambda t: -len(t.tokens)):
-        longest = len(current[0].tokens) if current else len(t.tokens)
+    for t in sorted(trajectories, key=lambda t: -trained_length(t)):
+        longest = trained_length(current[0]) if current else trained_length(t)
         if current and longest * (len(current) + 1) > max_tokens:
             batches.append(current)
             current = []
@@ -207,10 +208,22 @@ def _autocast(model, enabled: bool):
     return torch.autocast(device_type=next(model.parameters()).device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
+def trained_length(trajectory: Trajectory) -> int:
+    """Tokens up to the last sampled one: what the update must run through the model. The final tool
+    result (and anything else after the last reply) conditions no trained token, so, the model being
+    causal, leaving it out changes no logprob and no gradient."""
+    return max((i + 1 for i, m in enumerate(trajectory.mask) if m), default=1)
+
+
 def _batch_logprobs(model, batch: list[Trajectory], config: PPOConfig) -> torch.Tensor:
+    """The trainer's logprob of every token of ``batch`` ([batch, longest], 0 where no token was sampled),
+    each trajectory run through the model only up to its last sampled token."""
+    cut = [trained_length(t) for t in batch]
     with _autocast(model, config.bf16):
-        return sequence_logprobs(model, [t.tokens for t in batch], config.temperature, config.logit_chunk,
-                                 masks=[t.mask for t in batch], top_p=config.top_p)
+        logp = sequence_logprobs(model, [t.tokens[:n] for t, n in zip(batch, cut)], config.temperature,
+                                 config.logit_chunk, masks=[t.mask[:n] for t, n in zip(batch, cut)],
+                                 top_p=config.top_p)
+    return torch.nn.functional.pad(logp, (0, max(len(t.tokens) for t in batch) - logp.shape[1]))
 
 
 def sampler_gap(sampler: torch.Tensor, trainer: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -250,3 +250,32 @@ def test_summarize_steps_by_hand():
     assert s["loss"] == 2.0 and s["ratio_mean"] == pytest.approx(1.0) and s["ratio_max"] == 1.3
     assert s["clip_fraction"] == pytest.approx(0.3) and s["approx_kl"] == pytest.approx(0.02)
     assert s["sampler_ratio_mean"] == 0.99 and s["tokens_trained"] == 10 and s["trajectories_trained"] == 2
+
+
+def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_and_gradient(policy, group):
+    """A trajectory ends with a tool result the model never answered: ppo_step runs each one only up to
+    its last sampled token (trained_length), and its loss and gradient equal the plain computation over
+    every token (float32, within 1e-5)."""
+    from dataclasses import replace
+
+    from alfrl.ppo import trained_length
+    tail = policy.tokenizer.encode(" Observation: You arrive at countertop 1. Available actions: look.")
+    batch = [replace(t, tokens=t.tokens + tail, mask=t.mask + [0] * len(tail), logprobs=t.logprobs + [0.0] * len(tail))
+             for t in group]
+    assert [trained_length(t) for t in batch] == [len(t.tokens) for t in group]
+    p = copy.deepcopy(policy)
+    config = PPOConfig(lr=0.0, micro_batch_tokens=100_000)
+    metrics = ppo_step(p, make_optimizer(p, config), batch, config)
+    trimmed = torch.cat([q.grad.flatten() for q in p.model.parameters() if q.grad is not None])
+    # the plain computation: every token through the model, the clipped loss's token mean
+    p.model.zero_grad(set_to_none=True)
+    new = sequence_logprobs(p.model, [t.tokens for t in batch], masks=[t.mask for t in batch])
+    mask = torch.tensor([t.mask for t in batch], dtype=torch.float32)
+    old = torch.tensor([t.logprobs for t in batch])
+    adv = torch.tensor([[t.advantage] * len(t.tokens) for t in batch])
+    token_loss, _ = ppo_token_loss(new, old, adv)
+    loss = (token_loss * mask).sum() / mask.sum()
+    loss.backward()
+    plain = torch.cat([q.grad.flatten() for q in p.model.parameters() if q.grad is not None])
+    assert metrics["loss"] == pytest.approx(float(loss), abs=1e-5)
+    assert float((plain - trimmed).norm() / plain.norm()) < 1e-5
