@@ -59,6 +59,9 @@ class TrainConfig:
     """Sampling temperature (the update recomputes logprobs at the same one)."""
     top_p: float = 1.0
     """Nucleus sampling mass."""
+    draft_tokens: int = 0
+    """Speculative decoding in rollouts: tokens drafted from each branch's own history by prompt lookup and
+    checked in one forward pass (alfrl.sampler); the replies keep plain sampling's distribution. 0: off."""
     groups_per_batch: int = 2
     """Groups decoded together (k x this many rows per forward pass; see RolloutConfig)."""
     invalid_penalty: float = 0.1
@@ -123,6 +126,7 @@ class TrainConfig:
         return RolloutConfig(k=self.k, max_steps=self.max_steps, max_trajectory_tokens=self.max_trajectory_tokens,
                              max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                              groups_per_batch=self.groups_per_batch, prefill_dtype=self.prefill_dtype,
+                             draft_tokens=self.draft_tokens,
                              seed=self.seed * 1_000_003 + step, workers=self.workers)
 
     def ppo(self) -> PPOConfig:
@@ -139,19 +143,19 @@ class TrainConfig:
 
 PRESETS: dict[str, dict] = {
     "cpu": dict(k=8, temperature=0.6, bf16=True, gradient_checkpointing=False, sample_dtype="float32",
-                prefill_dtype="bfloat16", dynamic_sampling=True, keep_groups="win", max_groups_per_update=4,
-                lr=1e-4, updates=6),
+                prefill_dtype="bfloat16", draft_tokens=8, dynamic_sampling=True, keep_groups="win", max_groups_per_update=4,
+                lr=1e-4, updates=12),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
                       max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
                       checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1),
 }
-"""cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 6 updates of
+"""cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 12 updates of
 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic sampling, at most 4
-groups played per update), rollouts with the adapter merged into a float32 copy and prompts read in
-bfloat16, bf16 update; about 7 minutes an update on 2 cores (see the README's learning
-section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
+groups played per update), rollouts with the adapter merged into a float32 copy, prompts read in
+bfloat16 and replies decoded speculatively (8 drafted tokens), bf16 update; about 3.5 minutes an update
+on 2 cores (see the README's learning section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
 LoRA rank 32, lr 1e-6) for a GPU."""
 
 
@@ -167,7 +171,7 @@ TRAIN_RANGES: dict[str, Range] = {
         "updates", "games_per_update", "max_groups_per_update", "k", "max_steps", "max_trajectory_tokens",
         "max_new_tokens", "groups_per_batch", "epochs", "minibatches", "micro_batch_tokens", "checkpoint_every",
         "threads", "lora_rank", "lora_alpha", "max_expert_steps", "max_receptacles")},
-    **{name: Range(at_least=0) for name in ("keep_checkpoints", "workers", "kl_coef")},
+    **{name: Range(at_least=0) for name in ("keep_checkpoints", "workers", "kl_coef", "draft_tokens")},
     "temperature": Range(above=0, why=": the update divides the logits by it; sample near-greedily with a small "
                                       "value such as 0.1 (python -m alfrl eval --temperature 0 evaluates greedily)"),
     "top_p": Range(above=0, at_most=1),

@@ -8,7 +8,8 @@ one costs whatever the rewards were).
 
     python benchmarks/episodes_per_minute.py                       # before vs the cpu preset now
     python benchmarks/episodes_per_minute.py --set bf16=false      # add a variant: the preset with overrides
-    python benchmarks/episodes_per_minute.py --set sample_dtype=None prefill_dtype=None   # rollouts with the LoRA model, float32
+    python benchmarks/episodes_per_minute.py --set "draft_tokens=0 plain_attention=true"  # the preset without the decode work
+    python benchmarks/episodes_per_minute.py --set "sample_dtype=None prefill_dtype=None"   # rollouts with the LoRA model, float32
 
 Run it on an idle machine: two heavy jobs on 2 cores distort every figure.
 """
@@ -22,13 +23,18 @@ from dataclasses import replace
 
 import torch
 
+import alfrl.attention
 from alfrl.ppo import make_optimizer, ppo_update, summarize_steps
 from alfrl.train import load_for_training, play_update, preset, training_games
 
 BEFORE = dict(games_per_update=2, k=4, groups_per_batch=2, max_steps=10, max_new_tokens=48,
               max_trajectory_tokens=4000, bf16=False, gradient_checkpointing=True, old_logprobs="sampler",
-              minibatches=1, dynamic_sampling=False, temperature=1.0, sample_dtype=None, prefill_dtype=None)
-"""The cpu preset before this benchmark existed (the settings of data/results/cpu_seed*_metrics.jsonl)."""
+              minibatches=1, dynamic_sampling=False, temperature=1.0, sample_dtype=None, prefill_dtype=None,
+              draft_tokens=0)
+"""The cpu preset before this benchmark existed (the settings of data/results/cpu_seed*_metrics.jsonl), with
+the sampler's plain sdpa attention (alfrl.attention.ENABLED = False)."""
+PLAIN_ATTENTION = "plain_attention"
+"""A --set key of this script only: plain_attention=true runs that variant's rollouts with transformers' sdpa."""
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -42,7 +48,8 @@ def parse_overrides(pairs: list[str]) -> dict:
     return out
 
 
-def one_update(name: str, config) -> dict:
+def one_update(name: str, config, plain_attention: bool = False) -> dict:
+    alfrl.attention.ENABLED = not plain_attention
     policy = load_for_training(config)
     games = training_games(config)
     tick = time.perf_counter()
@@ -69,22 +76,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="an extra variant: the preset with these overrides")
+    parser.add_argument("--set", nargs="*", default=[], metavar='"KEY=VALUE ..."',
+                        help="extra variants, one per argument: the preset with these overrides "
+                             f"(and {PLAIN_ATTENTION}=true: plain sdpa attention in the sampler)")
     parser.add_argument("--skip-before", action="store_true", help="do not run the old settings")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    variants = [] if args.skip_before else [("before", preset(args.preset, **BEFORE))]
-    variants.append(("now: " + args.preset, preset(args.preset)))
-    if args.set:
-        variants.append((" ".join(args.set), preset(args.preset, **parse_overrides(args.set))))
+    variants = [] if args.skip_before else [("before", preset(args.preset, **BEFORE), True)]
+    variants.append(("now: " + args.preset, preset(args.preset), False))
+    for extra in args.set:
+        overrides = parse_overrides(extra.split())
+        plain = bool(overrides.pop(PLAIN_ATTENTION, False))
+        variants.append((extra, preset(args.preset, **overrides), plain))
     rows = []
-    for name, config in variants:
+    for name, config, plain in variants:
         print(f"{name}: {config.games_per_update} games x {config.k}, {config.groups_per_batch} groups per decode "
               f"batch, T={config.temperature}, bf16={config.bf16}, gradient checkpointing "
               f"{config.gradient_checkpointing}, old logprobs from the {config.old_logprobs}, sampling copy "
-              f"{config.sample_dtype}, prefill autocast {config.prefill_dtype}", flush=True)
-        rows.append(one_update(name, config))
+              f"{config.sample_dtype}, prefill autocast {config.prefill_dtype}, draft tokens {config.draft_tokens}, "
+              f"{'plain sdpa' if plain else 'grouped-query'} attention in the sampler", flush=True)
+        rows.append(one_update(name, config, plain))
         r = rows[-1]
         print(f"  {r['episodes']} episodes ({r['tokens']} tokens, {r['sampled']} sampled, {r['wins']} won): "
               f"rollout {r['rollout_s']:.0f} s, recompute {r['forward_s']:.0f} s, backward {r['backward_s']:.0f} s "
