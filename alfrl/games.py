@@ -178,7 +178,8 @@ def find_game_files(split_dir: Path) -> list[Path]:
 
 
 def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
-    """The folder holding split folders. Accepts ``$ALFWORLD_DATA`` (with ``json_2.1.1`` inside).
+    """The folder holding split folders. Accepts ``$ALFWORLD_DATA`` (with ``json_2.1.1`` inside), and a
+    folder of game packs such as ``data/heldout`` (expanded once, see :func:`alfrl.pack.expand_folder`).
 
     With no argument: ``$ALFRL_DATA_DIR`` or ``data/games``, expanded from the committed
     packs on first use.
@@ -190,6 +191,9 @@ def resolve_data_dir(data_dir: str | Path | None = None) -> Path:
             ensure_games(root)
     else:
         root = Path(data_dir).expanduser()
+        if root.is_dir() and any(root.glob("*.jsonl.xz")) and not any((root / s).is_dir() for s in SPLITS):
+            from alfrl.pack import expand_folder
+            root = expand_folder(root)  # a folder of game packs (data/heldout): their games, expanded once
     if not root.is_dir():
         raise GameDataError(f"data dir {root} does not exist.\n{HOW_TO_GET_GAMES}")
     if (root / "json_2.1.1").is_dir() and not any((root / s).is_dir() for s in SPLITS):

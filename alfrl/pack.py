@@ -116,6 +116,16 @@ def _write_stamp(stamp: Path, digest: str, records: list[dict]) -> None:
     stamp.write_text("".join(line + "\n" for line in [digest, *(game_id(r) for r in records)]))
 
 
+def expand_folder(folder: Path) -> Path:
+    """Expand every ``<split>.jsonl.xz`` in ``folder`` (a set of games beside the default ones, such as
+    ``data/heldout``) into ``<games dir>-<folder name>`` (``data/games-heldout``); returns that folder."""
+    folder = Path(folder)
+    root = games_dir().with_name(f"{games_dir().name}-{folder.name}")
+    for pack in sorted(folder.glob("*.jsonl.xz")):
+        expand(pack, root)
+    return root
+
+
 def default_packs() -> list[Path]:
     return sorted(PACK_DIR.glob("*.jsonl.xz"))
 

@@ -5,7 +5,8 @@ evaluated before and after with the same settings on the generated valid_unseen 
 
 Writes ``OUT/eval/<checkpoint>/`` (records and summary per checkpoint; ``OUT/eval_<split>_<data>/``
 with ``--data-dir``, e.g. the official games: ``--data-dir $ALFWORLD_DATA/json_2.1.1 --split
-valid_seen`` evaluates the same runs there), ``OUT/seed<S>/`` (the training runs), ``OUT/table.md``
+valid_seen`` evaluates the same runs there; ``--data-dir data/heldout`` on the 85 held-out small rooms
+generated for this measurement), ``OUT/seed<S>/`` (the training runs), ``OUT/table.md``
 ``OUT/figure.png``, ``OUT/summaries.json`` (every checkpoint's evaluation summary: commit it with the
 table) and ``OUT/seconds.json``, and prints the wall time of each part.
 Re-running it continues where it stopped: finished evaluations and runs are reused.
@@ -75,8 +76,10 @@ def main() -> None:
     if args.updates is not None and args.updates != preset("cpu").updates:
         tag += f"_updates{args.updates}"
     out = Path(args.out)
-    evals = out / ("eval" if args.data_dir is None and args.split == "valid_unseen" else
-                   f"eval_{args.split}" + (f"_{Path(args.data_dir).resolve().parent.name}" if args.data_dir else ""))
+    data = Path(args.data_dir).resolve() if args.data_dir else None
+    data_name = (data.parent.name if data.name == "json_2.1.1" else data.name) if data else ""
+    evals = out / ("eval" if data is None and args.split == "valid_unseen" else
+                   f"eval_{args.split}" + (f"_{data_name}" if data else ""))
     seconds: dict[str, float] = {}
     results = {}
     base = preset("cpu", seed=args.seeds[0], **overrides)

@@ -122,3 +122,14 @@ def test_hash_mismatch_is_refused(pack, tmp_path):
         "/game.tw-pddl)")
     assert "pip install -e ." in str(e.value)
     assert not (tmp_path / "games" / SPLIT / ".pack").exists()
+
+
+def test_a_folder_of_packs_is_a_data_dir(pack, tmp_path, monkeypatch):
+    """--data-dir data/heldout (a folder of packs beside the default ones): its games are expanded once into
+    <games dir>-<folder name> and load like any others."""
+    from alfrl.games import load_games, resolve_data_dir
+    monkeypatch.setenv("ALFRL_DATA_DIR", str(tmp_path / "games"))
+    root = resolve_data_dir(pack.parent)
+    assert root == tmp_path / "games-packs"
+    assert sorted(g.game_id for g in load_games(SPLIT, pack.parent)) == sorted(game_id(r) for r in read_pack(pack))
+    assert resolve_data_dir(pack.parent) == root  # the second time: already expanded, nothing written
