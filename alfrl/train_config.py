@@ -144,18 +144,18 @@ class TrainConfig:
 PRESETS: dict[str, dict] = {
     "cpu": dict(k=8, temperature=0.6, bf16=True, gradient_checkpointing=False, sample_dtype="float32",
                 prefill_dtype="bfloat16", draft_tokens=8, dynamic_sampling=True, keep_groups="win", max_groups_per_update=4,
-                lr=1e-4, updates=12),
+                lr=1e-4, updates=10),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
                       max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
                       checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1),
 }
-"""cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 12 updates of
+"""cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 10 updates of
 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic sampling, at most 4
 groups played per update), rollouts with the adapter merged into a float32 copy, prompts read in
-bfloat16 and replies decoded speculatively (8 drafted tokens), bf16 update; about 3.5 minutes an update
-on 2 cores (see the README's learning section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
+bfloat16 and replies decoded speculatively (8 drafted tokens), bf16 update; about 4.5 minutes an update
+on 2 cores, 45 in all (see the README's learning section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
 LoRA rank 32, lr 1e-6) for a GPU."""
 
 

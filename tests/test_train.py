@@ -72,7 +72,7 @@ def test_cpu_preset_is_built_for_a_learning_signal():
         check_config(preset("cpu", prefill_dtype="int8"))
     # speculative decoding by prompt lookup in rollouts (the replies keep their distribution)
     assert cpu.draft_tokens == cpu.rollout(1).draft_tokens == 8
-    with pytest.raises(ValueError, match="draft_tokens"):
+    with pytest.raises(ValueError, match="draft-tokens"):
         check_config(preset("cpu", draft_tokens=-1))
 
 
