@@ -13,7 +13,8 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.models`   the policy (hub id, local dir, bundled small model) and LoRA adapters
 - :mod:`alfrl.protocol` the alfworld_step tool, prompts, parsing, token-exact prompt growth
 - :mod:`alfrl.kvcache`  a batched KV cache for a group's branches (bfloat16 prefill optional)
-- :mod:`alfrl.sampler`  KV-cached, batched, seeded sampling with logprobs
+- :mod:`alfrl.attention`  grouped-query attention that reads each cached key/value head once
+- :mod:`alfrl.sampler`  KV-cached, batched, seeded sampling with logprobs; speculative decoding by prompt lookup
 - :mod:`alfrl.trajectory` a played trajectory: turns, tokens, sampled-token mask, JSONL
 - :mod:`alfrl.rollout`  group rollouts, one turn at a time: sample, parse, step, extend the prompt
 - :mod:`alfrl.scripted` scripted replies (the expert) through the real rollout
