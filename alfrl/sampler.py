@@ -131,13 +131,14 @@ class GroupSession:
             new.append(prompt[len(read):])
         return new
 
-    def _forward(self, tokens: list[list[int]]) -> torch.Tensor:
-        """Read ``tokens[i]`` into live branch i; logits after each branch's last new token."""
+    def _forward(self, tokens: list[list[int]], every_position: bool = False) -> torch.Tensor:
+        """Read ``tokens[i]`` into live branch i; logits after each branch's last new token, or with
+        ``every_position`` after each new token ([live branches, widest read, vocab]; not for a first read)."""
         for b, t in zip(self.branches, tokens):
             self.read[b].extend(t)
         if not self.batched:
             self.forward_tokens += sum(len(t) for t in tokens)
-            return self._forward_each(tokens)
+            return self._forward_each(tokens, every_position)
         cache = self.caches[0]
         if cache.rows == 0:  # first read: each distinct prompt is read once, then its row copied
             unique = []
@@ -153,7 +154,7 @@ class GroupSession:
                 cache.keep(rows)
             return logits[rows]
         self.forward_tokens += cache.rows * max(len(t) for t in tokens)
-        return cache.forward(tokens, self.pad_id)
+        return cache.forward(tokens, self.pad_id, every_position)
 
     def _forward_each(self, tokens: list[list[int]], every_position: bool = False) -> torch.Tensor:
         rows = [c.forward([t], self.pad_id, every_position)[0] if t else None for c, t in zip(self.caches, tokens)]
@@ -165,17 +166,6 @@ class GroupSession:
             return torch.stack(rows)
         return torch.stack([r if r is not None else torch.zeros(shape, device=self.device) for r in rows])
 
-    def _forward_all(self, tokens: list[list[int]]) -> torch.Tensor:
-        """Like :meth:`_forward` after the first read, with the logits after every new token
-        ([live branches, widest read, vocab])."""
-        for b, t in zip(self.branches, tokens):
-            self.read[b].extend(t)
-        if not self.batched:
-            self.forward_tokens += sum(len(t) for t in tokens)
-            return self._forward_each(tokens, every_position=True)
-        self.forward_tokens += self.caches[0].rows * max(len(t) for t in tokens)
-        return self.caches[0].forward(tokens, self.pad_id, every_position=True)
-
     def _unread(self, drop: dict[int, int]) -> None:
         """Forget the last ``drop[b]`` tokens each live branch read (rejected draft tokens)."""
         for b, n in drop.items():
@@ -186,6 +176,11 @@ class GroupSession:
         else:
             for cache, b in zip(self.caches, self.branches):
                 cache.unread([drop.get(b, 0)])
+
+    def _compact_if_holey(self) -> None:
+        """After a reply: compact the batched cache once holes are more than ``compact_at`` of it."""
+        if self.batched and self.caches[0].holes > self.compact_at * self.caches[0].mask.numel():
+            self.caches[0].compact()
 
     def _draw(self, logp: torch.Tensor, branch: int, temperature: float, exclude: int | None = None) -> int:
         """One token from ``exp(logp)`` (``exclude`` removed, renormalised), with the branch's own RNG."""
@@ -216,7 +211,7 @@ class GroupSession:
         entropies = {b: [] for b in live}
         stopped = {b: "budget" for b in live}
 
-        def take(b: int, token: int, logp: torch.Tensor, token_logp: float, entropy: float) -> bool:
+        def take(b: int, token: int, token_logp: float, entropy: float) -> bool:
             """Append a token to branch b's reply; False once the reply has ended."""
             reply[b].append(token)
             logprobs[b].append(token_logp)
@@ -231,7 +226,7 @@ class GroupSession:
         first_entropy = torch.special.entr(first.exp()).sum(-1).tolist()
         for i, b in enumerate(live):
             token = self._draw(first[i], b, cfg.temperature)
-            if take(b, token, first[i], float(first[i, token]), first_entropy[i]):
+            if take(b, token, float(first[i, token]), first_entropy[i]):
                 running.append(b)
         while running:
             # each running branch reads its pending (last sampled) token and a draft of what may follow
@@ -240,11 +235,12 @@ class GroupSession:
                       for b in running}
             feed = [[reply[b][-1]] + drafts[b] if b in drafts else [] for b in self.branches]
             before = {b: len(reply[b]) for b in running}
-            logp_all = token_distribution(self._forward_all(feed), cfg.temperature, cfg.top_p)
+            logp_all = token_distribution(self._forward(feed, every_position=True), cfg.temperature, cfg.top_p)
             entropy_all = torch.special.entr(logp_all.exp()).sum(-1)
             still = []
+            row = {b: i for i, b in enumerate(self.branches)}
             for b in running:
-                i = self.branches.index(b)
+                i = row[b]
                 draft = drafts[b]
                 width = len(draft) + 1
                 logp, entropy = logp_all[i, :width], entropy_all[i, :width].tolist()
@@ -253,22 +249,21 @@ class GroupSession:
                 for j, token in enumerate(draft):
                     if not self._accept(logp[j], token, drafted[j], b, cfg.temperature):
                         nxt = self._draw(logp[j], b, cfg.temperature, exclude=token)
-                        going = take(b, nxt, logp[j], float(logp[j, nxt]), entropy[j])
+                        going = take(b, nxt, float(logp[j, nxt]), entropy[j])
                         break
-                    going = take(b, token, logp[j], drafted[j], entropy[j])
+                    going = take(b, token, drafted[j], entropy[j])
                     if not going:
                         break
                 else:  # every draft token accepted: one more from after the last
                     j = len(draft)
                     nxt = self._draw(logp[j], b, cfg.temperature)
-                    going = take(b, nxt, logp[j], float(logp[j, nxt]), entropy[j])
+                    going = take(b, nxt, float(logp[j, nxt]), entropy[j])
                 if going:
                     still.append(b)
             # every reply token but the last is read: unread the rest of what was fed
             self._unread({b: len(drafts[b]) + 1 - (len(reply[b]) - before[b]) for b in running})
             running = still
-        if self.batched and self.caches[0].holes > self.compact_at * self.caches[0].mask.numel():
-            self.caches[0].compact()
+        self._compact_if_holey()
         return {b: Sample(tokens=reply[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n),
                           entropies=entropies[b])
                 for b, n in zip(live, new)}
@@ -327,8 +322,7 @@ class GroupSession:
                 break
             logits = self._forward(feed)
         # The last sampled token is read at the start of the next turn, with the tool result.
-        if self.batched and self.caches[0].holes > self.compact_at * self.caches[0].mask.numel():
-            self.caches[0].compact()
+        self._compact_if_holey()
         return {b: Sample(tokens=tokens[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n),
                           entropies=entropies[b])
                 for b, n in zip(live, new)}
