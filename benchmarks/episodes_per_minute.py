@@ -10,6 +10,7 @@ one costs whatever the rewards were).
     python benchmarks/episodes_per_minute.py --set bf16=false      # add a variant: the preset with overrides
     python benchmarks/episodes_per_minute.py --set "draft_tokens=0 plain_attention=true"  # the preset without the decode work
     python benchmarks/episodes_per_minute.py --set "sample_dtype=None prefill_dtype=None"   # rollouts with the LoRA model, float32
+    python benchmarks/episodes_per_minute.py --set share_prefix=false   # every branch's prompt run in full
 
 Run it on an idle machine: two heavy jobs on 2 cores distort every figure.
 """
@@ -30,7 +31,7 @@ from alfrl.train import load_for_training, play_update, preset, training_games
 BEFORE = dict(games_per_update=2, k=4, groups_per_batch=2, max_steps=10, max_new_tokens=48,
               max_trajectory_tokens=4000, bf16=False, gradient_checkpointing=True, old_logprobs="sampler",
               minibatches=1, dynamic_sampling=False, temperature=1.0, sample_dtype=None, prefill_dtype=None,
-              draft_tokens=0)
+              draft_tokens=0, share_prefix=False)
 """The cpu preset before this benchmark existed (the settings of data/results/cpu_seed*_metrics.jsonl), with
 the sampler's plain sdpa attention (alfrl.attention.ENABLED = False)."""
 PLAIN_ATTENTION = "plain_attention"
@@ -68,6 +69,7 @@ def one_update(name: str, config, plain_attention: bool = False) -> dict:
             "backward_s": update - forward, "total_s": rollout + update,
             "episodes_per_min": 60 * len(batch) / (rollout + update),
             "tokens": sum(len(t.tokens) for t in batch), "sampled": sum(t.sampled for t in batch),
+            "update_tokens": s["tokens_run"],
             "wins": sum(t.won for t in batch), "ratio_drift": (s.get("sampler_ratio_min"), s.get("sampler_ratio_mean"),
                                                              s.get("sampler_ratio_max"))}
 
@@ -94,10 +96,12 @@ def main() -> None:
               f"batch, T={config.temperature}, bf16={config.bf16}, gradient checkpointing "
               f"{config.gradient_checkpointing}, old logprobs from the {config.old_logprobs}, sampling copy "
               f"{config.sample_dtype}, prefill autocast {config.prefill_dtype}, draft tokens {config.draft_tokens}, "
+              f"shared prefix in the update {config.share_prefix and not config.gradient_checkpointing}, "
               f"{'plain sdpa' if plain else 'grouped-query'} attention in the sampler", flush=True)
         rows.append(one_update(name, config, plain))
         r = rows[-1]
-        print(f"  {r['episodes']} episodes ({r['tokens']} tokens, {r['sampled']} sampled, {r['wins']} won): "
+        print(f"  {r['episodes']} episodes ({r['tokens']} tokens, {r['sampled']} sampled, {r['wins']} won; "
+              f"{r['update_tokens']} run through the update): "
               f"rollout {r['rollout_s']:.0f} s, recompute {r['forward_s']:.0f} s, backward {r['backward_s']:.0f} s "
               f"-> {r['episodes_per_min']:.2f} episodes/min; sampler/trainer ratio before the first step "
               f"min/mean/max {r['ratio_drift']}", flush=True)

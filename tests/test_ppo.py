@@ -10,7 +10,7 @@ import torch
 
 from alfrl.models import load_policy
 from alfrl.ppo import (PPOConfig, make_optimizer, nucleus_logprobs, ppo_step, ppo_token_loss, ppo_update,
-                       recompute_old_logprobs, sequence_logprobs, summarize_steps)
+                       recompute_old_logprobs, sequence_logprobs, shared_passes, summarize_steps)
 from alfrl.protocol import ChatFormat, build_next_prompt
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
 from alfrl.sampler import SampleConfig, new_session
@@ -143,6 +143,10 @@ def test_first_step_ratio_is_one_loss_is_the_token_mean_and_only_lora_learns(pol
 
 
 def test_micro_batches_and_checkpointing_give_the_full_batch_gradient(policy, group):
+    """One micro-batch per trajectory, one for both, and gradient checkpointing (every token run in
+    full). The first two run the two conversations' shared prompt once (alfrl.prefix), the gradient it
+    collects from each micro-batch sent back through it at the end."""
+    assert [p is not None for p, _ in shared_passes(policy.model, group, PPOConfig())] == [True]
     grads = []
     for micro, checkpointing in ((1, False), (100_000, False), (100_000, True)):
         p = copy.deepcopy(policy)
