@@ -16,9 +16,11 @@ SIGNAL = (("success", "win rate at the rollout temperature"), ("win_group_rate",
 """The signal panel: a group teaches only if its rewards differ, and teaches winning only if it has a win."""
 
 
-def plot_training(metrics: list[dict], path: str | Path | None = None, title: str = ""):
+def plot_training(metrics: list[dict], path: str | Path | None = None, title: str = "",
+                  evals: list[dict] | None = None):
     """Reward, invalid actions, the learning signal (win rate, groups with a win, groups with a reward
-    spread) and the clip fraction, against the update step.
+    spread; with ``evals``, the lines of a run's eval.jsonl: held-out success, near-greedy) and the
+    clip fraction, against the update step.
 
     Saves to ``path`` when given (and closes the figure, so scripts do not pile them up);
     returns the figure (``display(fig)`` shows it in a notebook).
@@ -35,6 +37,9 @@ def plot_training(metrics: list[dict], path: str | Path | None = None, title: st
             points = [(s, m[name]) for s, m in zip(steps, metrics) if m.get(name) is not None]
             if points:
                 ax.plot(*zip(*points), marker="o", label=legend)
+        if key == "signal" and evals:
+            ax.plot([e["step"] for e in evals], [e["eval_success"] for e in evals], marker="s", color="black",
+                    label=f"held-out success ({evals[-1]['eval_games']} games, T=0.01)")
         if key == "signal":
             ax.set_ylim(-0.05, 1.05)
             ax.legend(fontsize=7, loc="best")

@@ -32,6 +32,7 @@ from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
 from alfrl.rollout import rollout_batch
 from alfrl.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
 from alfrl.train_config import PRESETS, TRAIN_RANGES, TrainConfig, check_config, preset  # noqa: F401 (re-exported)
+from alfrl.train_eval import EVAL_LOG, eval_due, evaluate_step, evaluated_steps
 
 
 def training_games(config: TrainConfig) -> list:
@@ -120,6 +121,7 @@ def _open_run_dir(run_dir: Path, config: TrainConfig, done: int, fresh: bool) ->
         torch.set_num_threads(config.threads)
     truncate_jsonl(run_dir / "metrics.jsonl", done)
     truncate_jsonl(run_dir / "trajectories.jsonl", done)
+    truncate_jsonl(run_dir / EVAL_LOG, done)
     return read_jsonl(run_dir / "metrics.jsonl")
 
 
@@ -141,10 +143,14 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     per_update = config.max_groups_per_update if config.dynamic_sampling else config.games_per_update
     check_games(list({g.path: g for g in games_at(games, cursor, (config.updates - done) * per_update)}.values()))
     history = _open_run_dir(run_dir, config, done, fresh=resume is None)
-    if done >= config.updates:  # nothing to do: no model to load
+    pending_eval = eval_due(config, done) and done not in evaluated_steps(run_dir)
+    if done >= config.updates and not pending_eval:  # nothing to do: no model to load
         print(f"{run_dir}: all {config.updates} updates already done")
         return history
     policy = load_for_training(config, str(checkpoint / "adapter") if checkpoint else None)
+    if pending_eval:  # the policy before training, or an evaluation an interruption cut short
+        evaluate_step(policy, config, run_dir, done, progress)
+        _plot(history, run_dir)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)
     if checkpoint:
@@ -160,7 +166,9 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
             if step % config.checkpoint_every == 0 or step == config.updates:
                 save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
                                 {"cursor": cursor}, keep_last=config.keep_checkpoints)
-            plot_training(history, run_dir / "plots.png", title=f"training run {run_dir.name}")
+            if eval_due(config, step):
+                evaluate_step(policy, config, run_dir, step, progress)
+            _plot(history, run_dir)
             bar.set_postfix(reward=f"{metrics['reward']:.2f}", success=f"{metrics['success']:.2f}")
             if on_update:
                 on_update(history)
@@ -171,6 +179,11 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
         raise
     print(summary(history, run_dir))
     return history
+
+
+def _plot(history: list[dict], run_dir: Path) -> None:
+    plot_training(history, run_dir / "plots.png", title=f"training run {run_dir.name}",
+                  evals=read_jsonl(run_dir / EVAL_LOG))
 
 
 def play_update(policy, config: TrainConfig, games: list, step: int, cursor: int, progress: bool = True
@@ -255,5 +268,13 @@ def summary(history: list[dict], run_dir: Path) -> str:
             f"{last['invalid_per_episode']:.1f}\n"
             f"  {trained} tokens trained; {sum(m['degenerate_groups'] for m in history)} of "
             f"{sum(m['groups'] for m in history)} groups had no signal (all rewards equal)\n"
-            f"  plots: {run_dir / 'plots.png'}; checkpoints: {run_dir / 'checkpoints'}")
+            f"  plots: {run_dir / 'plots.png'}; checkpoints: {run_dir / 'checkpoints'}" + _eval_line(run_dir))
+
+
+def _eval_line(run_dir: Path) -> str:
+    evals = read_jsonl(run_dir / EVAL_LOG)
+    if not evals:
+        return ""
+    curve = ", ".join(f"{e['step']}: {e['eval_won']}/{e['eval_games']}" for e in evals)
+    return f"\n  held-out success by update ({evals[0]['eval_split']}): {curve}; records in {run_dir / 'eval'}"
 

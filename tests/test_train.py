@@ -150,19 +150,43 @@ def test_resume_needs_a_run_directory(tmp_path):
 
 
 def test_cli_smoke_run_with_the_real_model(tmp_path, tiny_games):
-    """One update of the real thing, headless: rollouts by the small model, a run directory on disk."""
+    """One update of the real thing, headless: rollouts by the small model, a run directory on disk, and
+    held-out evaluations before and after the update (--eval-every 1), one of which an interruption
+    cut short: --resume finishes it, playing only the game it lacked."""
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "alfrl", "train", "--run-dir", str(run), "--data-dir", str(tiny_games.root),
            "--split", SPLIT, "--updates", "1", "--games-per-update", "1", "--k", "2", "--max-steps", "2",
-           "--max-new-tokens", "8", "--lora-rank", "4"]
+           "--max-new-tokens", "8", "--lora-rank", "4", "--eval-every", "1", "--eval-games", "2",
+           "--max-expert-steps", "100", "--max-receptacles", "100"]  # every tiny game
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "1 updates in" in done.stdout
+    assert "1 updates in" in done.stdout and "held-out success by update (valid_unseen): 0: " in done.stdout
     assert {p.name for p in run.iterdir()} >= {"config.json", "metrics.jsonl", "trajectories.jsonl", "plots.png",
-                                               "checkpoints"}
+                                               "checkpoints", "eval", "eval.jsonl"}
     assert (run / "checkpoints" / "step_00001" / "adapter" / "adapter_model.safetensors").is_file()
+    evals = read_jsonl(run / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 1] and all(e["eval_games"] == 2 for e in evals)
+    for e in evals:  # each line is the summary of its folder's records, as python -m alfrl eval writes them
+        folder = run / "eval" / f"step_{e['step']:05d}"
+        records = read_jsonl(folder / "records.jsonl")
+        assert len(records) == 2 and {r["split"] for r in records} == {"valid_unseen"}
+        assert e["eval_won"] == sum(r["won"] for r in records)
+        assert json.loads((folder / "summary.json").read_text())["all"]["games"] == 2
     again = subprocess.run(cmd, capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr
+    # killed during the evaluation after update 1: one game recorded, no eval.jsonl line yet
+    (run / "eval.jsonl").write_text(json.dumps(evals[0]) + "\n")
+    folder = run / "eval" / "step_00001"
+    kept = (folder / "records.jsonl").read_text().splitlines()[0]
+    (folder / "records.jsonl").write_text(kept + "\n")
+    (folder / "summary.json").unlink()
+    resumed = subprocess.run([sys.executable, "-m", "alfrl", "train", "--resume", str(run)], capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert [e["step"] for e in read_jsonl(run / "eval.jsonl")] == [0, 1]
+    records = read_jsonl(folder / "records.jsonl")
+    assert len(records) == 2 and json.dumps(records[0]) == kept  # the recorded game was not played again
+    assert len(read_jsonl(run / "metrics.jsonl")) == 1  # and no update was repeated
 
 
 def _fake_groups(spread_games: set[str]):
