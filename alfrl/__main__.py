@@ -3,7 +3,7 @@
 Commands:
   setup      expand the committed game packs into data/games (seconds) and list them
   demo       play one game to the end with ALFWorld's expert, in the real engine
-             (--agent warmstart|PATH: the course's own agent plays a held-out game instead)
+             (--agent warmstart|grpo|PATH: the course's own agent plays a held-out game instead)
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
@@ -89,18 +89,19 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
-    """``--agent``'s adapter, the model it belongs to, and a description: ``warmstart`` (the shipped one),
+    """``--agent``'s adapter, the model it belongs to, and a description: ``warmstart`` or ``grpo`` (shipped),
     a LoRA adapter folder, a checkpoint folder (its ``adapter/``) or a training run directory (the adapter
     of its newest checkpoint, on the model its config.json names unless ``model`` is given). A clear
     FileNotFoundError when PATH holds none of these."""
     from alfrl.checkpoint import latest_checkpoint
-    from alfrl.models import BUNDLED, WARM_START
+    from alfrl.models import BUNDLED, SHIPPED, resolve_adapter
     from alfrl.rundir import read_config
-    if agent == WARM_START:
-        from alfrl.paths import WARM_START_DIR
-        return WARM_START, model or BUNDLED, f"the shipped warm start ({_shown(WARM_START_DIR)}, expert SFT)"
+    if agent in SHIPPED:
+        what = SHIPPED[agent][0] + (", expert SFT" if agent == "warmstart" else ", after 12 GRPO updates")
+        return agent, model or BUNDLED, f"{what} ({_shown(resolve_adapter(agent))})"
     path = Path(agent)
-    how = ("pass --agent warmstart (the shipped warm start), a LoRA adapter folder (holding adapter_config.json, "
+    how = ("pass --agent warmstart (the shipped warm start), --agent grpo (the shipped GRPO adapter), a LoRA "
+           "adapter folder (holding adapter_config.json, "
            "e.g. runs/sft/adapter or runs/cpu/checkpoints/step_00006/adapter), or a training run directory "
            "(e.g. runs/cpu: its newest checkpoint's adapter)")
     if not path.exists():
@@ -286,8 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", choices=TASK_TYPES, help="only games of this task type")
     p.add_argument("--index", type=int, help="which game of the split (sorted by id; default 0, or for --agent "
                                              f"{AGENT_GAME[0]} game {AGENT_GAME[1]}, which the warm start wins)")
-    p.add_argument("--agent", metavar="warmstart|PATH",
-                   help="the agent plays instead of the expert: warmstart (the shipped warm start), a LoRA adapter "
+    p.add_argument("--agent", metavar="warmstart|grpo|PATH",
+                   help="the agent plays instead of the expert: warmstart (the shipped warm start), grpo (the "
+                        "shipped GRPO adapter: the warm start after 12 updates), a LoRA adapter "
                         "folder, or a training run directory (its newest checkpoint)")
     p.add_argument("--model", help="the agent's base model (default: the bundled SmolLM2-135M, or the run's model)")
     p.add_argument("--max-steps", type=int, default=cpu.max_steps,

@@ -23,6 +23,11 @@ warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enabl
 WARM_START = "warmstart"
 """``lora=WARM_START`` (``--init-adapter warmstart``) loads the expert warm start shipped with the
 course for the bundled model (``data/warmstart``, made by ``python -m alfrl sft``)."""
+GRPO = "grpo"
+"""``lora=GRPO`` (``--adapter grpo``) loads the warm start after the README's 12-update GRPO run,
+shipped with the course for the bundled model (``data/grpo``)."""
+SHIPPED = {WARM_START: ("the shipped warm start", "data/warmstart"), GRPO: ("the shipped GRPO adapter", "data/grpo")}
+"""The adapters that ship with the course, by name: what they are, and their folder in the repository."""
 
 
 @dataclass
@@ -149,8 +154,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     :func:`resolve_device`, :func:`resolve_dtype`); attach a LoRA adapter.
 
     ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
-    directory of a saved adapter (loaded trainable, to continue training), or ``"warmstart"``
-    (the shipped warm start of the bundled model).
+    directory of a saved adapter (loaded trainable, to continue training), or a shipped adapter's
+    name (:data:`SHIPPED`: ``"warmstart"``, ``"grpo"``) for the bundled model.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -197,7 +202,7 @@ ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or
 
 
 def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
-    """The folder of a saved LoRA adapter (``"warmstart"``: the shipped one), checked without loading
+    """The folder of a saved LoRA adapter (or a shipped one, by name), checked without loading
     anything: a clear error naming the folder or file if it is missing or its adapter_config.json is
     damaged, so a run can check it before it creates its folder."""
     path = resolve_adapter(adapter, model)
@@ -221,18 +226,21 @@ def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
 
 
 def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
-    """The directory of a saved adapter; ``"warmstart"`` is the shipped warm start (bundled model only)."""
-    if str(adapter) != WARM_START:
+    """The directory of a saved adapter; a name in :data:`SHIPPED` (``"warmstart"``, ``"grpo"``) is that
+    adapter of the course (bundled model only)."""
+    if str(adapter) not in SHIPPED:
         return Path(adapter)
+    what, folder = SHIPPED[str(adapter)]
     if model != BUNDLED:
-        raise ValueError(f"the shipped warm start was trained for the bundled model, not {model}; make one for "
-                         f"it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
+        raise ValueError(f"{what} was trained for the bundled model, not {model}; make one for it with: "
+                         f"python -m alfrl sft --model {model} --out runs/sft, then pass "
                          "--init-adapter runs/sft/adapter")
-    from alfrl.paths import WARM_START_DIR
-    if not (WARM_START_DIR / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"the shipped warm start is missing from {WARM_START_DIR}; restore it with "
-                                "git checkout -- data/warmstart, or remake it (see data/warmstart/README.md)")
-    return WARM_START_DIR
+    from alfrl.paths import REPO_ROOT
+    path = REPO_ROOT / folder
+    if not (path / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"{what} is missing from {path}; restore it with git checkout -- {folder}, "
+                                f"or remake it (see {folder}/README.md)")
+    return path
 
 
 def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None) -> Path:

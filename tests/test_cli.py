@@ -143,6 +143,11 @@ def test_demo_agent_takes_a_run_directory(tmp_path):
     assert agent_adapter(str(run), "bundled")[:2] == (newest / "adapter", "bundled")
     assert agent_adapter(str(newest), None)[:2] == (newest / "adapter", "bundled")
     assert agent_adapter(str(newest / "adapter"), None)[:2] == (newest / "adapter", "bundled")
+    # the shipped adapters, by name
+    from alfrl.paths import GRPO_DIR
+    assert agent_adapter("warmstart", None)[:2] == ("warmstart", "bundled")
+    name, model, what = agent_adapter("grpo", None)
+    assert (name, model) == ("grpo", "bundled") and "GRPO" in what and str(GRPO_DIR.name) in what
 
 
 @pytest.mark.parametrize("where", ["missing", "empty"])

@@ -90,3 +90,27 @@ def test_the_shipped_warm_start_plays_valid_admissible_calls(tiny_games):
                                                      workers=0))
     assert [turn.valid_format and turn.admissible for turn in t.turns] == [True] * len(t.turns)
     assert t.turns[0].action == "look"  # the expert's walkthroughs start by looking around
+
+
+def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
+    """data/grpo (``--adapter grpo``): the warm start's LoRA shape, other weights, and still valid,
+    admissible tool calls on a game it never saw."""
+    from safetensors.torch import load_file
+
+    from alfrl.models import check_adapter, load_policy, resolve_adapter
+    from alfrl.paths import GRPO_DIR, WARM_START_DIR
+    from alfrl.rollout import RolloutConfig, rollout_group
+
+    assert resolve_adapter("grpo") == check_adapter("grpo") == GRPO_DIR
+    assert (GRPO_DIR / "adapter_model.safetensors").stat().st_size < 11_000_000
+    with pytest.raises(ValueError, match="bundled model"):
+        resolve_adapter("grpo", "Qwen/Qwen3-4B")
+    warm, rl = (load_file(d / "adapter_model.safetensors") for d in (WARM_START_DIR, GRPO_DIR))
+    assert warm.keys() == rl.keys() and all(warm[k].shape == rl[k].shape for k in warm)
+    moved = [float((rl[k].float() - warm[k].float()).norm() / warm[k].float().norm()) for k in warm if "lora_B" in k]
+    assert min(moved) > 0 and max(moved) < 1  # RL moved every layer, and not far
+    policy = load_policy(lora="grpo")
+    game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
+    (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=3, max_new_tokens=48, temperature=0.0,
+                                                     workers=0))
+    assert [turn.valid_format and turn.admissible for turn in t.turns] == [True] * len(t.turns)
