@@ -97,8 +97,7 @@ def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
     from alfrl.models import BUNDLED, SHIPPED, resolve_adapter
     from alfrl.rundir import read_config
     if agent in SHIPPED:
-        what = SHIPPED[agent][0] + (", expert SFT" if agent == "warmstart" else ", after 12 GRPO updates")
-        return agent, model or BUNDLED, f"{what} ({_shown(resolve_adapter(agent))})"
+        return agent, model or BUNDLED, f"{SHIPPED[agent][0]} in {_shown(resolve_adapter(agent))}"
     path = Path(agent)
     how = ("pass --agent warmstart (the shipped warm start), --agent grpo (the shipped GRPO adapter), a LoRA "
            "adapter folder (holding adapter_config.json, "

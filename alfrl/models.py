@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alfrl.bundled import BUNDLED, bundled_model_dir, cache_dir  # noqa: F401 (re-exported)
+from alfrl.paths import GRPO_DIR, REPO_ROOT, WARM_START_DIR
 
 # transformers v5 renamed gradient checkpointing to activation checkpointing; peft (and the v4 names
 # this course keeps, which work on both) trigger its deprecation warnings: not the learner's business.
@@ -26,8 +27,13 @@ course for the bundled model (``data/warmstart``, made by ``python -m alfrl sft`
 GRPO = "grpo"
 """``lora=GRPO`` (``--adapter grpo``) loads the warm start after the README's 12-update GRPO run,
 shipped with the course for the bundled model (``data/grpo``)."""
-SHIPPED = {WARM_START: ("the shipped warm start", "data/warmstart"), GRPO: ("the shipped GRPO adapter", "data/grpo")}
+SHIPPED = {WARM_START: ("the shipped warm start (expert SFT)", str(WARM_START_DIR.relative_to(REPO_ROOT))),
+           GRPO: ("the shipped GRPO adapter (the warm start after 12 GRPO updates)", str(GRPO_DIR.relative_to(REPO_ROOT)))}
 """The adapters that ship with the course, by name: what they are, and their folder in the repository."""
+HOW_TO_MAKE = {WARM_START: "make one for it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
+                           "--init-adapter runs/sft/adapter",
+               GRPO: "train one for it with: python -m alfrl train --model {model} --run-dir runs/mine, then pass "
+                     "its runs/mine/checkpoints/step_*/adapter"}
 
 
 @dataclass
@@ -198,7 +204,7 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
 
 
 ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or python -m alfrl sft), restore "
-               "the shipped warm start with git checkout -- data/warmstart, or pass another adapter")
+               "a shipped one with git checkout -- data/warmstart (or data/grpo), or pass another adapter")
 
 
 def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
@@ -232,10 +238,8 @@ def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
         return Path(adapter)
     what, folder = SHIPPED[str(adapter)]
     if model != BUNDLED:
-        raise ValueError(f"{what} was trained for the bundled model, not {model}; make one for it with: "
-                         f"python -m alfrl sft --model {model} --out runs/sft, then pass "
-                         "--init-adapter runs/sft/adapter")
-    from alfrl.paths import REPO_ROOT
+        raise ValueError(f"{what} was trained for the bundled model, not {model}; "
+                         + HOW_TO_MAKE[str(adapter)].format(model=model))
     path = REPO_ROOT / folder
     if not (path / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{what} is missing from {path}; restore it with git checkout -- {folder}, "

@@ -168,7 +168,7 @@ def sequence_logprobs(model, sequences: list[list[int]], temperature: float = 1.
             raise ValueError(f"every sequence must start with the shared prefix ({n} tokens) and go on after it")
         rest = decoder(input_ids=ids[:, n:], attention_mask=mask, cache=prefix.cache(len(sequences)),
                        use_cache=True).last_hidden_state
-        hidden = torch.cat([prefix.hidden.to(rest.dtype).expand(len(sequences), -1, -1), rest], dim=1)
+        hidden = torch.cat([prefix.hidden_for(len(sequences), rest.dtype), rest], dim=1)
     wanted = mask.bool()
     if masks is not None:
         for i, m in enumerate(masks):
@@ -203,7 +203,8 @@ def ppo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
 def micro_batches(trajectories: list[Trajectory], max_tokens: int, shared: int = 0) -> list[list[Trajectory]]:
     """Group trajectories (longest first) so each group's padded size (up to each one's last sampled
     token, :func:`trained_length`, less the ``shared`` prefix tokens run once for all) stays under
-    ``max_tokens``."""
+    ``max_tokens``. With a shared prefix each row still attends to (and holds keys/values for) the
+    prefix too: lower ``micro_batch_tokens`` if memory runs out."""
     batches, current = [], []
     for t in sorted(trajectories, key=lambda t: -trained_length(t)):
         longest = (trained_length(current[0]) if current else trained_length(t)) - shared

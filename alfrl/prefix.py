@@ -45,24 +45,32 @@ def prefix_groups(trajectories: list[Trajectory], lengths: list[int],
     group of a game), each bucket with the number of leading tokens its members share within their
     first ``lengths`` tokens (what the update runs), at most one less than the shortest so every
     branch keeps a token of its own; 0 where nothing worth sharing is (one branch, or fewer than
-    ``min_shared`` tokens). The buckets keep the trajectories' order, first seen first."""
+    ``min_shared`` tokens). The buckets keep the trajectories' order, first seen first, except that every
+    trajectory with nothing to share goes into one last bucket, so those still pack together."""
     buckets: dict[tuple[int, ...], list[int]] = defaultdict(list)
     for i, t in enumerate(trajectories):
         first = next((j for j, m in enumerate(t.mask) if m), len(t.tokens))
         buckets[tuple(t.tokens[:first])].append(i)
-    out = []
+    out, alone = [], []
     for members in buckets.values():
         shared = 0
         if len(members) > 1:
             shared = min(common_prefix_length([trajectories[i].tokens[:lengths[i]] for i in members]),
                          min(lengths[i] for i in members) - 1)
-        out.append(([trajectories[i] for i in members], shared if shared >= min_shared else 0))
-    return out
+        if shared >= min_shared:
+            out.append(([trajectories[i] for i in members], shared))
+        else:
+            alone += members
+    return out + ([([trajectories[i] for i in sorted(alone)], 0)] if alone else [])
 
 
 def can_share(model) -> bool:
-    """Whether every layer of ``model`` is plain attention with a plain (growing) KV cache: a sliding-window
-    layer would need the prefix trimmed per layer, so such models run every branch in full."""
+    """Whether every layer of ``model`` is plain attention with a plain (growing) KV cache (a sliding-window
+    layer would need the prefix trimmed per layer), and no layer recomputes itself in the backward pass
+    (gradient checkpointing would append the branches' keys to the cache a second time). Otherwise
+    every branch runs in full."""
+    if any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
+        return False
     cache = DynamicCache(config=model.config)
     return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
@@ -70,13 +78,17 @@ def can_share(model) -> bool:
 @dataclass
 class SharedPrefix:
     """The prefix's last hidden states ([1, P, hidden]) and per-layer keys/values ([1, heads, P, dim]),
-    as leaf tensors the branches read (requiring grad when the prefix was run with gradient on)."""
+    as float32 leaf tensors the branches read (requiring grad when the prefix was run with gradient
+    on), so the gradients of many branches add up in float32 even under bf16 autocast."""
 
     tokens: list[int]
     hidden: torch.Tensor
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     config: object
+    dtypes: list[torch.dtype] = field(default_factory=list)
+    """The dtype each leaf had when the prefix made it (under autocast, bfloat16 for the values):
+    the branches read it in that dtype, as they would have computed it themselves."""
     outputs: list[torch.Tensor] = field(default_factory=list)
     """The tensors the leaves were detached from, holding the graph back to the weights."""
 
@@ -91,13 +103,20 @@ class SharedPrefix:
         """A fresh KV cache holding the prefix for ``rows`` branches (views, no copy): the branches'
         forward appends their own tokens to it."""
         cache = DynamicCache(config=self.config)
-        for layer, k, v in zip(cache.layers, self.keys, self.values):
-            layer.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1))
+        n = len(self.keys)
+        for i, (layer, k, v) in enumerate(zip(cache.layers, self.keys, self.values)):
+            layer.update(k.expand(rows, -1, -1, -1).to(self.dtypes[1 + i]),
+                         v.expand(rows, -1, -1, -1).to(self.dtypes[1 + n + i]))
         return cache
+
+    def hidden_for(self, rows: int, dtype: torch.dtype) -> torch.Tensor:
+        """The prefix's hidden states for ``rows`` branches, in ``dtype`` (the branches' own)."""
+        return self.hidden.expand(rows, -1, -1).to(dtype)
 
     def backward(self) -> None:
         """Send the gradients the branches left on the leaves through the prefix to the weights."""
-        pairs = [(out, leaf.grad) for out, leaf in zip(self.outputs, self.leaves()) if leaf.grad is not None]
+        pairs = [(out, leaf.grad.to(out.dtype)) for out, leaf in zip(self.outputs, self.leaves())
+                 if leaf.grad is not None]
         if pairs:
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
         self.outputs = []
@@ -113,7 +132,7 @@ def run_prefix(decoder, config, tokens: list[int]) -> SharedPrefix:
     layers = cache.layers
     outputs = [out.last_hidden_state, *[layer.keys for layer in layers], *[layer.values for layer in layers]]
     grad = torch.is_grad_enabled()
-    leaves = [o.detach().requires_grad_(grad) for o in outputs]
+    leaves = [o.detach().float().requires_grad_(grad) for o in outputs]
     n = len(layers)
     return SharedPrefix(tokens=list(tokens), hidden=leaves[0], keys=leaves[1:1 + n], values=leaves[1 + n:],
-                        config=config, outputs=outputs if grad else [])
+                        config=config, dtypes=[o.dtype for o in outputs], outputs=outputs if grad else [])

@@ -32,7 +32,7 @@ from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
 from alfrl.rollout import rollout_batch
 from alfrl.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
 from alfrl.train_config import PRESETS, TRAIN_RANGES, TrainConfig, check_config, preset  # noqa: F401 (re-exported)
-from alfrl.train_eval import EVAL_LOG, eval_due, evaluate_step, evaluated_steps
+from alfrl.train_eval import EVAL_LOG, check_eval_games, drop_later_evals, eval_due, evaluate_step, evaluated_steps
 
 
 def training_games(config: TrainConfig) -> list:
@@ -121,7 +121,7 @@ def _open_run_dir(run_dir: Path, config: TrainConfig, done: int, fresh: bool) ->
         torch.set_num_threads(config.threads)
     truncate_jsonl(run_dir / "metrics.jsonl", done)
     truncate_jsonl(run_dir / "trajectories.jsonl", done)
-    truncate_jsonl(run_dir / EVAL_LOG, done)
+    drop_later_evals(run_dir, done)
     return read_jsonl(run_dir / "metrics.jsonl")
 
 
@@ -142,15 +142,13 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     # damaged PDDL in the games this run may play (a few ms a game), before anything is written
     per_update = config.max_groups_per_update if config.dynamic_sampling else config.games_per_update
     check_games(list({g.path: g for g in games_at(games, cursor, (config.updates - done) * per_update)}.values()))
+    check_eval_games(config, run_dir)
     history = _open_run_dir(run_dir, config, done, fresh=resume is None)
     pending_eval = eval_due(config, done) and done not in evaluated_steps(run_dir)
     if done >= config.updates and not pending_eval:  # nothing to do: no model to load
         print(f"{run_dir}: all {config.updates} updates already done")
         return history
     policy = load_for_training(config, str(checkpoint / "adapter") if checkpoint else None)
-    if pending_eval:  # the policy before training, or an evaluation an interruption cut short
-        evaluate_step(policy, config, run_dir, done, progress)
-        _plot(history, run_dir)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)
     if checkpoint:
@@ -158,6 +156,9 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
     try:
+        if pending_eval:  # the policy before training, or an evaluation an interruption cut short
+            evaluate_step(policy, config, run_dir, done, progress)
+            _plot(history, run_dir)
         for step in bar:
             metrics = _one_update(policy, optimizer, config, ppo, games, step, cursor, run_dir, progress)
             cursor += metrics["groups"]
@@ -232,7 +233,7 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
     update_seconds = time.perf_counter() - tick
     ppo_metrics = summarize_steps(steps, ppo.epochs) if steps else {
         "loss": None, "clip_fraction": None, "approx_kl": None, "ratio_mean": None, "ratio_max": None,
-        "grad_norm": None, "kl_penalty": None, "tokens_trained": 0, "trajectories_trained": 0}
+        "grad_norm": None, "kl_penalty": None, "tokens_trained": 0, "tokens_run": 0, "trajectories_trained": 0}
     append_jsonl(run_dir / "trajectories.jsonl",
                  [{"step": step, **asdict(t)} for g in played for t in g])
     return {"step": step, **stats, "groups_dropped": len(played) - len(kept) if config.dynamic_sampling else 0,

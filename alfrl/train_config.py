@@ -30,7 +30,8 @@ class TrainConfig:
     """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
     init_adapter: str | None = "warmstart"
     """Start from a saved LoRA adapter instead of a fresh one: a folder, "warmstart" (the expert warm
-    start shipped for the bundled model, see python -m alfrl sft), or "none" for a fresh adapter."""
+    start shipped for the bundled model, see python -m alfrl sft), "grpo" (the shipped GRPO adapter, to
+    train it further), or "none" for a fresh adapter."""
     lora_rank: int = 8
     """Rank of a fresh LoRA adapter."""
     lora_alpha: int = 16

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alfrl.checkpoint import append_jsonl, read_jsonl
-from alfrl.evaluate import EvalConfig, evaluate
+import shutil
+
+from alfrl.checkpoint import append_jsonl, read_jsonl, truncate_jsonl
+from alfrl.evaluate import EvalConfig, evaluate, selected_games
 from alfrl.models import sampling_copy
 from alfrl.train_config import TrainConfig
 
@@ -24,8 +26,25 @@ EVAL_LOG = "eval.jsonl"
 
 
 def eval_due(config: TrainConfig, step: int) -> bool:
-    """Whether update ``step`` is followed by an evaluation (step 0: the policy before training)."""
-    return config.eval_every > 0 and step % config.eval_every == 0
+    """Whether update ``step`` is followed by an evaluation: step 0 (the policy before training), every
+    ``eval_every``-th, and the last."""
+    return config.eval_every > 0 and (step % config.eval_every == 0 or step == config.updates)
+
+
+def check_eval_games(config: TrainConfig, run_dir: Path) -> None:
+    """With ``eval_every``: a clear error now, before the run folder exists, if the evaluation games
+    cannot be found (a data folder without the split, filters that keep no game)."""
+    if config.eval_every:
+        selected_games(eval_settings(config, run_dir, 0))
+
+
+def drop_later_evals(run_dir: Path, done: int) -> None:
+    """Forget the evaluations after the checkpointed update ``done`` (a resumed run redoes those
+    updates, so their weights are gone): their eval.jsonl lines and their folders."""
+    truncate_jsonl(run_dir / EVAL_LOG, done)
+    for folder in (run_dir / "eval").glob("step_*"):
+        if folder.name.removeprefix("step_").isdigit() and int(folder.name.removeprefix("step_")) > done:
+            shutil.rmtree(folder)
 
 
 def eval_settings(config: TrainConfig, run_dir: Path, step: int) -> EvalConfig:
@@ -48,8 +67,11 @@ def evaluate_step(policy, config: TrainConfig, run_dir: Path, step: int, progres
     """Evaluate ``policy`` (the weights after update ``step``; rollouts' merged copy when the run samples
     from one) and log the result; returns the ``eval.jsonl`` line."""
     model = sampling_copy(policy, config.sample_dtype) if config.sample_dtype else policy
-    summary = evaluate(eval_settings(config, run_dir, step), policy=model, progress=progress)
-    policy.model.train()  # evaluate() puts the model it plays in eval mode
+    was_training = policy.model.training
+    try:
+        summary = evaluate(eval_settings(config, run_dir, step), policy=model, progress=progress)
+    finally:
+        policy.model.train(was_training)  # evaluate() puts the model it plays in eval mode
     everything = summary["all"]
     row = {"step": step, "eval_success": everything["success"], "eval_won": everything["won"],
            "eval_games": everything["games"], "eval_invalid_per_episode": everything["invalid_per_episode"],

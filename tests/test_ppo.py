@@ -245,15 +245,16 @@ def test_with_two_minibatches_the_clip_acts_and_is_measured_after_a_step(policy,
 
 def test_summarize_steps_by_hand():
     steps = [{"loss": 1.0, "ratio_mean": 1.0, "ratio_max": 1.0, "clip_fraction": 0.0, "approx_kl": 0.0,
-              "tokens_trained": 10, "trajectories_trained": 2, "sampler_ratio_mean": 0.99},
+              "tokens_trained": 10, "tokens_run": 25, "trajectories_trained": 2, "sampler_ratio_mean": 0.99},
              {"loss": 3.0, "ratio_mean": 1.1, "ratio_max": 1.3, "clip_fraction": 0.2, "approx_kl": 0.01,
-              "tokens_trained": 10, "trajectories_trained": 2},
+              "tokens_trained": 10, "tokens_run": 25, "trajectories_trained": 2},
              {"loss": 2.0, "ratio_mean": 0.9, "ratio_max": 1.2, "clip_fraction": 0.4, "approx_kl": 0.03,
-              "tokens_trained": 10, "trajectories_trained": 2}]
+              "tokens_trained": 10, "tokens_run": 25, "trajectories_trained": 2}]
     s = summarize_steps(steps, passes=3)
     assert s["loss"] == 2.0 and s["ratio_mean"] == pytest.approx(1.0) and s["ratio_max"] == 1.3
     assert s["clip_fraction"] == pytest.approx(0.3) and s["approx_kl"] == pytest.approx(0.02)
     assert s["sampler_ratio_mean"] == 0.99 and s["tokens_trained"] == 10 and s["trajectories_trained"] == 2
+    assert s["tokens_run"] == 25  # once per pass over the batch, like the tokens trained
 
 
 def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_and_gradient(policy, group):
