@@ -111,6 +111,6 @@ def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
     assert min(moved) > 0 and max(moved) < 1  # RL moved every layer, and not far
     policy = load_policy(lora="grpo")
     game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
-    (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=3, max_new_tokens=48, temperature=0.0,
-                                                     workers=0))
-    assert [turn.valid_format and turn.admissible for turn in t.turns] == [True] * len(t.turns)
+    (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=1, max_new_tokens=48, temperature=0.0,
+                                                     workers=0, draft_tokens=8))
+    assert len(t.turns) == 1 and t.turns[0].valid_format and t.turns[0].admissible
