@@ -12,9 +12,8 @@ Taught in notebook 05 (the training loop); notebook 06 explains the evaluation p
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import shutil
+from pathlib import Path
 
 from alfrl.checkpoint import append_jsonl, read_jsonl, truncate_jsonl
 from alfrl.evaluate import EvalConfig, evaluate, selected_games
