@@ -21,11 +21,13 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics
 - :mod:`alfrl.viewer`   a trajectory's tokens by role or advantage
 - :mod:`alfrl.prefix`   a group's shared prefix, run once in the update
+- :mod:`alfrl.precision` whether bfloat16 is native on this CPU (the cpu preset's precision)
 - :mod:`alfrl.ppo`      the clipped PPO update on the LoRA adapter
 - :mod:`alfrl.checks`   one checker for every config's field types and ranges
 - :mod:`alfrl.train_config` the training settings, presets and their checks
 - :mod:`alfrl.train`    the training loop, dynamic sampling, checkpoints and resume (with checkpoint, plots)
 - :mod:`alfrl.train_eval` evaluation on held-out games during training (``--eval-every``)
+- :mod:`alfrl.tracking` experiment tracking (``--log``): TensorBoard, W&B, SwanLab beside metrics.jsonl
 - :mod:`alfrl.rundir`   one policy for output folders (train, eval, sft): overwrite, resume, refuse
 - :mod:`alfrl.evaluate` success per split and task type
 - :mod:`alfrl.sft`      the expert warm start

@@ -28,11 +28,13 @@ from tqdm.auto import tqdm
 from alfrl.checkpoint import append_jsonl, prepare_run_dir
 from alfrl.env import GroupEnv
 from alfrl.games import load_games
-from alfrl.models import BUNDLED, LoraSpec, load_policy, save_adapter
+from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter
+from alfrl.precision import warn_if_slow_bf16
 from alfrl.ppo import micro_batches, sequence_logprobs
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
 from alfrl.scripted import ScriptedSession, expert_replies
+from alfrl.tracking import Trackers, check_log
 
 
 @dataclass
@@ -79,7 +81,8 @@ class SFTConfig:
     """Token budget used to render the trajectories (longer ones are cut like rollouts)."""
     bf16: bool = False
     """Run the forward and backward passes under bfloat16 autocast (the adapter stays float32).
-    On a CPU with native bf16 (avx512_bf16 / AMX) it is ~1.7x faster; on others it can be slower.
+    On a CPU with native bf16 (avx512_bf16 / AMX) it is ~1.7x faster; on others it is emulated and far
+    slower (26x measured on an AVX2 CPU; alfrl.precision), and a note says so.
     Only the warm start uses it: RL keeps float32 so that training and sampling logprobs agree."""
     save_dtype: str | None = None
     """Store the adapter as "float16" or "bfloat16" (half the size; the shipped warm start uses float16)."""
@@ -87,6 +90,9 @@ class SFTConfig:
     """Seeds the game sample, the order and the adapter's init."""
     threads: int | None = None
     """torch CPU threads (default: torch's choice)."""
+    log: str = "tensorboard"
+    """Experiment trackers that get every step's loss beside metrics.jsonl: none, or one or more of
+    tensorboard (OUT/tensorboard/), wandb, swanlab, separated by commas (alfrl.tracking)."""
 
 
 def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool = True) -> list[Trajectory]:
@@ -126,6 +132,7 @@ def nll_loss(model, trajectories: list[Trajectory], micro_batch_tokens: int = 40
 def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     """Render the expert trajectories, fine-tune the adapter on them, save it; returns the adapter dir."""
     config = config or SFTConfig()
+    trackers_wanted = check_log(config.log)  # a missing tracker package is named before anything is written
     out = prepare_run_dir(config.out, config.overwrite)
     (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
     if config.threads:
@@ -133,6 +140,7 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     games = load_games(config.split, config.data_dir, seed=config.seed, limit=config.games,
                        max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
     torch.manual_seed(config.seed)
+    warn_if_slow_bf16(resolve_device(config.device).type, ["--bf16"] * config.bf16)
     policy = load_policy(config.model, lora=config.init_adapter or LoraSpec(rank=config.lora_rank,
                                                                            alpha=config.lora_alpha),
                          dtype=config.dtype, device=config.device)
@@ -147,21 +155,23 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     bar = tqdm(total=config.epochs * steps_per_epoch, desc="sft", unit="step", disable=not progress)
     policy.model.train()
     step = 0
-    for epoch in range(config.epochs):
-        shuffled = list(trajectories)
-        order.shuffle(shuffled)
-        for start in range(0, len(shuffled), config.batch_size):
-            tick = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
-                                    config.micro_batch_tokens, bf16=config.bf16)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
-            optimizer.step()
-            step += 1
-            append_jsonl(out / "metrics.jsonl", [{"step": step, "epoch": epoch, "loss": loss, "tokens": tokens,
-                                                  "grad_norm": grad_norm,
-                                                  "seconds": time.perf_counter() - tick}])
-            bar.update()
-            bar.set_postfix(loss=f"{loss:.3f}")
-    bar.close()
+    with Trackers(trackers_wanted, out, asdict(config)) as trackers:
+        for epoch in range(config.epochs):
+            shuffled = list(trajectories)
+            order.shuffle(shuffled)
+            for start in range(0, len(shuffled), config.batch_size):
+                tick = time.perf_counter()
+                optimizer.zero_grad(set_to_none=True)
+                loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
+                                        config.micro_batch_tokens, bf16=config.bf16)
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+                optimizer.step()
+                step += 1
+                metrics = {"step": step, "epoch": epoch, "loss": loss, "tokens": tokens, "grad_norm": grad_norm,
+                           "seconds": time.perf_counter() - tick}
+                append_jsonl(out / "metrics.jsonl", [metrics])
+                trackers.log(metrics, step)
+                bar.update()
+                bar.set_postfix(loss=f"{loss:.3f}")
+        bar.close()
     return save_adapter(policy, out / "adapter", dtype=config.save_dtype)

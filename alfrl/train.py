@@ -31,6 +31,7 @@ from alfrl.plots import plot_training
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
 from alfrl.rollout import rollout_batch
 from alfrl.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
+from alfrl.tracking import Trackers, parse_log
 from alfrl.train_config import PRESETS, TRAIN_RANGES, TrainConfig, check_config, preset  # noqa: F401 (re-exported)
 from alfrl.train_eval import EVAL_LOG, check_eval_games, drop_later_evals, eval_due, evaluate_step, evaluated_steps
 
@@ -155,20 +156,22 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
         load_state(checkpoint, optimizer)
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
+    trackers = Trackers(parse_log(config.log), run_dir, asdict(config), first_step=done + 1)
     try:
         if pending_eval:  # the policy before training, or an evaluation an interruption cut short
-            evaluate_step(policy, config, run_dir, done, progress)
+            trackers.log(evaluate_step(policy, config, run_dir, done, progress), done)
             _plot(history, run_dir)
         for step in bar:
             metrics = _one_update(policy, optimizer, config, ppo, games, step, cursor, run_dir, progress)
             cursor += metrics["groups"]
             history.append(metrics)
             append_jsonl(run_dir / "metrics.jsonl", [metrics])
+            trackers.log(metrics, step)
             if step % config.checkpoint_every == 0 or step == config.updates:
                 save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
                                 {"cursor": cursor}, keep_last=config.keep_checkpoints)
             if eval_due(config, step):
-                evaluate_step(policy, config, run_dir, step, progress)
+                trackers.log(evaluate_step(policy, config, run_dir, step, progress), step)
             _plot(history, run_dir)
             bar.set_postfix(reward=f"{metrics['reward']:.2f}", success=f"{metrics['success']:.2f}")
             if on_update:
@@ -178,6 +181,8 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
         print(f"\ninterrupted; the last checkpoint is {last.name if last else 'none'}. "
               f"Continue with: python -m alfrl train --resume {run_dir}")
         raise
+    finally:
+        trackers.close()
     print(summary(history, run_dir))
     return history
 

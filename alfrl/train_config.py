@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from alfrl.advantage import AdvantageConfig
 from alfrl.bundled import BUNDLED
 from alfrl.checks import Range, check_fields
+from alfrl.precision import native_bf16_cpu, warn_if_slow_bf16
 from alfrl.ppo import PPOConfig
 from alfrl.rollout import RolloutConfig
+from alfrl.tracking import check_log
 
 
 @dataclass
@@ -92,13 +94,15 @@ class TrainConfig:
     """The ratio's denominator: "trainer" (recomputed by the update at the sampling weights: exact in any
     precision) or "sampler" (the sampler's own logprobs, exact only in float32)."""
     bf16: bool = False
-    """bfloat16 autocast in the update (about 1.7x on a CPU with avx512_bf16); LoRA and Adam stay float32."""
+    """bfloat16 autocast in the update (about 1.7x on a CPU with avx512_bf16 or AMX; emulated and far slower on
+    other CPUs, see alfrl.precision); LoRA and Adam stay float32."""
     sample_dtype: str | None = None
     """Roll out with a copy of the policy whose adapter is merged and cast to this dtype ("bfloat16":
     half the bytes per decode step, KV cache included); None: sample with the trained model itself."""
     prefill_dtype: str | None = None
     """Read prompts and tool results in rollouts under this autocast ("bfloat16": ~1.7x faster reads on a
-    CPU with AMX/avx512_bf16; decode steps stay in the sampling model's precision). None: off."""
+    CPU with AMX/avx512_bf16, far slower on other CPUs; decode steps stay in the sampling model's precision).
+    None (or "none"): off."""
     dynamic_sampling: bool = False
     """DAPO-style: drop groups whose rewards are all equal and play more games (groups_per_batch at a
     time) until games_per_update groups have a reward spread, or max_groups_per_update were played."""
@@ -125,6 +129,9 @@ class TrainConfig:
     """The held-out split --eval-every plays: valid_unseen (rooms training never saw), valid_seen, or all."""
     eval_data_dir: str | None = None
     """The games --eval-every plays (default: data_dir), e.g. data/heldout or $ALFWORLD_DATA/json_2.1.1."""
+    log: str = "tensorboard"
+    """Experiment trackers that get every update's metrics beside metrics.jsonl: none, or one or more of
+    tensorboard (RUN_DIR/tensorboard/), wandb, swanlab, separated by commas (alfrl.tracking)."""
     checkpoint_every: int = 1
     """Updates between checkpoints (1 = an interrupted run loses at most the update in flight)."""
     keep_checkpoints: int = 2
@@ -135,6 +142,11 @@ class TrainConfig:
     """Processes stepping the game copies."""
     threads: int | None = None
     """torch CPU threads (default: torch's choice)."""
+
+    def __post_init__(self) -> None:
+        for name in ("sample_dtype", "prefill_dtype"):  # --prefill-dtype none on the command line: off
+            if isinstance(getattr(self, name), str) and getattr(self, name).lower() == "none":
+                setattr(self, name, None)
 
     def rollout(self, step: int) -> RolloutConfig:
         return RolloutConfig(k=self.k, max_steps=self.max_steps, max_trajectory_tokens=self.max_trajectory_tokens,
@@ -155,10 +167,16 @@ class TrainConfig:
         return AdvantageConfig(invalid_penalty=self.invalid_penalty, normalize_std=self.normalize_std)
 
 
+def cpu_preset(native_bf16: bool) -> dict:
+    """The cpu preset's settings on a CPU with (or without) native bfloat16 (:mod:`alfrl.precision`): the
+    update's autocast and the rollouts' prompt reads in bfloat16 only where that is fast."""
+    return dict(k=8, temperature=0.6, bf16=native_bf16, gradient_checkpointing=False, sample_dtype="float32",
+                prefill_dtype="bfloat16" if native_bf16 else None, draft_tokens=8, dynamic_sampling=True,
+                keep_groups="win", max_groups_per_update=4, lr=1e-4, updates=10)
+
+
 PRESETS: dict[str, dict] = {
-    "cpu": dict(k=8, temperature=0.6, bf16=True, gradient_checkpointing=False, sample_dtype="float32",
-                prefill_dtype="bfloat16", draft_tokens=8, dynamic_sampling=True, keep_groups="win", max_groups_per_update=4,
-                lr=1e-4, updates=10),
+    "cpu": cpu_preset(native_bf16_cpu()),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
@@ -167,9 +185,10 @@ PRESETS: dict[str, dict] = {
 }
 """cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 10 updates of
 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic sampling, at most 4
-groups played per update), rollouts with the adapter merged into a float32 copy, prompts read in
-bfloat16 and replies decoded speculatively (8 drafted tokens), bf16 update; about 4.5 minutes an update
-on 2 cores, 45 in all (see the README's learning section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
+groups played per update), rollouts with the adapter merged into a float32 copy, replies decoded
+speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16 or AMX) prompts read in
+bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower); about 4.5 minutes an
+update on 2 cores of such a CPU, 45 in all (see the README's learning section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
 LoRA rank 32, lr 1e-6) for a GPU."""
 
 
@@ -211,13 +230,17 @@ def check_config(config: TrainConfig) -> None:
     if config.eval_split not in ("valid_seen", "valid_unseen", "all"):
         raise ValueError(f"--eval-split must be valid_seen, valid_unseen or all (got {config.eval_split!r}): "
                          "evaluation plays held-out games")
+    check_log(config.log)
     if config.keep_groups not in ("spread", "win"):
         raise ValueError(f"--keep-groups must be 'spread' or 'win' (got {config.keep_groups!r})")
     if config.dynamic_sampling and config.max_groups_per_update < config.games_per_update:
         raise ValueError(f"--max-groups-per-update ({config.max_groups_per_update}) must be at least "
                          f"--games-per-update ({config.games_per_update}) with --dynamic-sampling")
     config.ppo(), config.rollout(1), config.advantage()  # their own checks (old_logprobs, top_p, ...)
-    resolve_dtype(config.dtype, resolve_device(config.device))
+    device = resolve_device(config.device)
+    resolve_dtype(config.dtype, device)
+    warn_if_slow_bf16(device.type, ["--bf16"] * config.bf16 + ["--prefill-dtype bfloat16"] * (
+        config.prefill_dtype == "bfloat16"))
     if config.sample_dtype is not None and config.sample_dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"--sample-dtype must be float32, bfloat16 or float16 (got {config.sample_dtype!r})")
     if config.sample_dtype not in (None, "float32") and config.old_logprobs != "trainer":

@@ -114,3 +114,20 @@ def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
     (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=1, max_new_tokens=48, temperature=0.0,
                                                      workers=0, draft_tokens=8))
     assert len(t.turns) == 1 and t.turns[0].valid_format and t.turns[0].admissible
+
+
+def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_path):
+    """python -m alfrl sft end to end on one tiny game: the adapter, one metrics line per step, and the same
+    numbers in TensorBoard (--log tensorboard, the default)."""
+    from alfrl.checkpoint import read_jsonl
+    from alfrl.sft import train_sft
+    from alfrl.tracking import read_tensorboard
+    out = tmp_path / "sft"
+    adapter = train_sft(SFTConfig(out=str(out), data_dir=str(tiny_games.root), split=SPLIT, games=2, epochs=1,
+                                  batch_size=1, lora_rank=4, lora_alpha=8, threads=2), progress=False)
+    assert (adapter / "adapter_config.json").is_file()
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]
+    logged = read_tensorboard(out)
+    assert logged["loss"] == [(m["step"], pytest.approx(m["loss"], rel=1e-6)) for m in metrics]
+    assert {"tokens", "grad_norm", "epoch"} <= set(logged)

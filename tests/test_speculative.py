@@ -108,7 +108,9 @@ def test_speculative_logprobs_match_a_full_forward_pass(policy, fmt):
 
 def test_gqa_attention_equals_sdpa_with_holes(policy):
     """The sampler's attention (each key/value head read once) against transformers' sdpa on a masked
-    batch: logits equal within 1e-5 (float32; the same products, summed per head)."""
+    batch: logits equal within 1e-4 (float32: the same products, summed in another order; through 30 layers
+    that moved logits of up to 34 by 4e-5 on an AVX2 CPU, under 1e-5 on AVX-512; a wrong mask or hole
+    moves them by whole units)."""
     from alfrl.kvcache import GroupCache
     rows = [[1] + list(range(200, 260)), [1] + list(range(300, 330))]
     out = {}
@@ -130,7 +132,7 @@ def test_gqa_attention_equals_sdpa_with_holes(policy):
                 kvcache.gqa_attention = original
         out[name] = logits
     assert policy.model.config._attn_implementation == "sdpa"  # switched only inside the sampler's forward
-    assert torch.allclose(out["sdpa"], out["gqa"], atol=1e-5)
+    assert torch.allclose(out["sdpa"], out["gqa"], rtol=0, atol=1e-4)
     with gqa_attention(policy.model):
         assert policy.model.config._attn_implementation == "alfrl_gqa"
     assert policy.model.config._attn_implementation == "sdpa"
