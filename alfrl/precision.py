@@ -21,6 +21,10 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 """CPU flags (Linux ``/proc/cpuinfo``) of native bfloat16 arithmetic."""
 
 
+OFF_SWITCH = {"--bf16": "--no-bf16", "--prefill-dtype bfloat16": "--prefill-dtype none"}
+"""The flag that turns each bfloat16 option off."""
+
+
 def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
     """The CPU's feature flags, from ``cpuinfo`` (Linux); an empty set where there is no such file."""
     try:
@@ -45,10 +49,12 @@ def slow_bf16_note(device_type: str, what: list[str], cpuinfo: str | Path = "/pr
     without AVX512_BF16 or AMX. None where it is native, or on a GPU."""
     if device_type != "cpu" or not what or native_bf16_cpu(cpuinfo):
         return None
-    return (f"{' and '.join(what)} ask{'s' if len(what) == 1 else ''} for bfloat16 autocast, but this CPU has no native bfloat16 "
+    off = " and ".join(OFF_SWITCH.get(flag, flag) for flag in what)
+    verb = "asks" if len(what) == 1 else "ask"
+    return (f"{' and '.join(what)} {verb} for bfloat16 autocast, but this CPU has no native bfloat16 "
             f"({' or '.join(BF16_FLAGS)}): PyTorch emulates it, measured 5.7x slower forward and 26x slower "
-            "forward+backward than float32 on an AVX2 CPU (benchmarks/bf16_speed.py). For float32 pass "
-            "--no-bf16 and --prefill-dtype none (the cpu preset already does this on such CPUs)")
+            f"forward+backward than float32 on an AVX2 CPU (benchmarks/bf16_speed.py). For float32 pass {off} "
+            "(the cpu training preset leaves them off on such CPUs)")
 
 
 def warn_if_slow_bf16(device_type: str, what: list[str]) -> None:

@@ -11,8 +11,11 @@ the update as the step, and the run's config once, as text.
     python -m alfrl train --preset cpu --log tensorboard,wandb    # several at once
     python -m alfrl sft --log none                                 # none at all
 
-A resumed run continues the same TensorBoard log: the events after its last checkpoint (the update it
-replays) are dropped (TensorBoard's ``purge_step``), so every step appears once.
+A resumed run continues the same TensorBoard log: the events from the first step it logs again on (the
+update it replays, or an evaluation an interruption cut short) are dropped (TensorBoard's
+``purge_step``), so every step appears once. W&B and SwanLab continue the same run (an id kept in the
+run folder); W&B ignores a step below one it already has, so there a replayed update keeps the values
+the interrupted process logged.
 
 Taught in notebook 05 (the training loop and its curves).
 """
@@ -127,6 +130,13 @@ class Trackers:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._tensorboard = self._wandb = self._swanlab = None
+        try:
+            self._open(config, first_step, project)
+        except BaseException:
+            self.close()  # the trackers already opened
+            raise
+
+    def _open(self, config: dict, first_step: int, project: str) -> None:
         if "tensorboard" in self.names:
             from torch.utils.tensorboard import SummaryWriter
             folder = self.run_dir / TENSORBOARD_DIR
@@ -144,10 +154,11 @@ class Trackers:
             import swanlab
             self._swanlab = swanlab.init(project=os.environ.get("SWANLAB_PROJ_NAME", project),
                                          experiment_name=self.run_dir.name, config=config, mode=_swanlab_mode(),
-                                         logdir=str(self.run_dir / "swanlog"))
+                                         logdir=str(self.run_dir / "swanlog"), id=self._run_id("swanlab"),
+                                         resume="allow")
 
     def _run_id(self, tracker: str) -> str:
-        """A stable id per run folder, so a resumed run continues the same W&B run."""
+        """A stable id per run folder, so a resumed run continues the same W&B or SwanLab run."""
         path = self.run_dir / f".{tracker}_id"
         if not path.is_file():
             import uuid

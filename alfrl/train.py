@@ -156,7 +156,7 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
         load_state(checkpoint, optimizer)
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
-    trackers = Trackers(parse_log(config.log), run_dir, asdict(config), first_step=done + 1)
+    trackers = _open_trackers(config, run_dir, history, done, pending_eval)
     try:
         if pending_eval:  # the policy before training, or an evaluation an interruption cut short
             trackers.log(evaluate_step(policy, config, run_dir, done, progress), done)
@@ -185,6 +185,18 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
         trackers.close()
     print(summary(history, run_dir))
     return history
+
+
+def _open_trackers(config: TrainConfig, run_dir: Path, history: list[dict], done: int, pending_eval: bool
+                   ) -> Trackers:
+    """The run's trackers (``--log``), from the first step this process logs on: the update after the
+    checkpoint ``done``, or ``done`` itself when its evaluation is still to run (an interrupted one may have
+    reached the tracker); that update's metrics are then logged again, so every step appears once."""
+    again = pending_eval and done > 0 and bool(history)
+    trackers = Trackers(parse_log(config.log), run_dir, asdict(config), first_step=done if again else done + 1)
+    if again:
+        trackers.log(history[-1], done)
+    return trackers
 
 
 def _plot(history: list[dict], run_dir: Path) -> None:

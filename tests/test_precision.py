@@ -15,8 +15,10 @@ X86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx avx2 f
 ARM = "processor\t: 0\nFeatures\t: fp asimd {extra}\n"
 
 
-@pytest.mark.parametrize("text,native", [(X86.format(extra=""), False), (X86.format(extra="avx512f avx512_bf16"), True),
-                                         (X86.format(extra="amx_tile amx_bf16"), True), (ARM.format(extra="bf16"), False)])
+@pytest.mark.parametrize("text,native", [(X86.format(extra=""), False),
+                                         (X86.format(extra="avx512f avx512_bf16"), True),
+                                         (X86.format(extra="amx_tile amx_bf16"), True),
+                                         (ARM.format(extra="bf16"), False)])
 def test_native_bfloat16_from_the_cpu_flags(tmp_path, text, native):
     path = tmp_path / "cpuinfo"
     path.write_text(text)
@@ -25,7 +27,9 @@ def test_native_bfloat16_from_the_cpu_flags(tmp_path, text, native):
     note = slow_bf16_note("cpu", ["--bf16"], path)
     assert (note is None) is native
     if note:
-        assert "--bf16 asks for bfloat16 autocast" in note and "--no-bf16" in note and "--prefill-dtype none" in note
+        assert "--bf16 asks for bfloat16 autocast" in note and "pass --no-bf16 (" in note  # sft has no prefill
+        both = slow_bf16_note("cpu", ["--bf16", "--prefill-dtype bfloat16"], path)
+        assert "pass --no-bf16 and --prefill-dtype none" in both
 
 
 def test_no_cpuinfo_means_float32(tmp_path):
