@@ -26,15 +26,13 @@ import importlib.util
 import json
 import netrc
 import os
+import uuid
 from collections.abc import Sequence
 from numbers import Real
 from pathlib import Path
 
 TRACKERS = ("tensorboard", "wandb", "swanlab")
-"""The trackers ``--log`` knows (``none`` turns tracking off)."""
-
-PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "swanlab": "swanlab"}
-"""The package each tracker needs."""
+"""The trackers ``--log`` knows (``none`` turns tracking off); each is also the package it needs."""
 
 TENSORBOARD_DIR = "tensorboard"
 """The folder of a run (or SFT run) where TensorBoard's event files go."""
@@ -67,10 +65,10 @@ def check_log(value: str | Sequence[str] | None) -> tuple[str, ...]:
     missing one (before a run folder is made or a model loaded)."""
     names = parse_log(value)
     for name in names:
-        if importlib.util.find_spec(PACKAGES[name]) is None:
+        if importlib.util.find_spec(name) is None:
             raise TrackerMissing(
-                f"--log {name}: the {PACKAGES[name]} package is not installed. Install it into the course's "
-                f"environment (.venv/bin/pip install {PACKAGES[name]}), or leave {name} out of --log "
+                f"--log {name}: the {name} package is not installed. Install it into the course's "
+                f"environment (.venv/bin/pip install {name}), or leave {name} out of --log "
                 f"(--log none turns tracking off; metrics.jsonl is written either way)")
     return names
 
@@ -161,7 +159,6 @@ class Trackers:
         """A stable id per run folder, so a resumed run continues the same W&B or SwanLab run."""
         path = self.run_dir / f".{tracker}_id"
         if not path.is_file():
-            import uuid
             path.write_text(uuid.uuid4().hex[:16])
         return path.read_text().strip()
 
