@@ -2,13 +2,17 @@
 
 Modules follow the order the course teaches them:
 
+- :mod:`alfrl.paths`    where the data lives: data/packs (in git), data/games (expanded)
 - :mod:`alfrl.games`    find, filter and split ALFWorld game files
 - :mod:`alfrl.gamefile` a game on disk: folder name, traj_data.json, game.tw-pddl
 - :mod:`alfrl.expert`   ALFWorld's handcoded expert, with the 0.4 "move" fix
-- :mod:`alfrl.generate` the offline game generator (with rooms, pddl: ALFRED-style PDDL problems)
+- :mod:`alfrl.generate` the offline game generator
+- :mod:`alfrl.rooms`    the generator's rooms: floor plans, receptacles, objects
+- :mod:`alfrl.pddl`     ALFRED-style PDDL problems for generated rooms
 - :mod:`alfrl.pack`     compact game packs in git, expanded on first use
 - :mod:`alfrl.engine`   ALFWorld's text engine without the repeated work
 - :mod:`alfrl.env`      GroupEnv: K copies of one game stepped together
+- :mod:`alfrl.subgoals` a goal's subgoals, read from its PDDL and checked on the engine's facts
 - :mod:`alfrl.bundled`  the bundled small model, from the package registry (no model hub)
 - :mod:`alfrl.models`   the policy (hub id, local dir, bundled small model) and LoRA adapters
 - :mod:`alfrl.protocol` the alfworld_step tool, prompts, parsing, token-exact prompt growth
@@ -25,12 +29,17 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.ppo`      the clipped PPO update on the LoRA adapter
 - :mod:`alfrl.checks`   one checker for every config's field types and ranges
 - :mod:`alfrl.train_config` the training settings, presets and their checks
-- :mod:`alfrl.train`    the training loop, dynamic sampling, checkpoints and resume (with checkpoint, plots)
+- :mod:`alfrl.train`    the training loop, dynamic sampling, checkpoints and resume
+- :mod:`alfrl.checkpoint` checkpoints (adapter, Adam, RNG states) and JSONL records that survive a kill
+- :mod:`alfrl.plots`    a run's training curves (plots.png)
 - :mod:`alfrl.train_eval` evaluation on held-out games during training (``--eval-every``)
 - :mod:`alfrl.tracking` experiment tracking (``--log``): TensorBoard, W&B, SwanLab beside metrics.jsonl
 - :mod:`alfrl.rundir`   one policy for output folders (train, eval, sft): overwrite, resume, refuse
 - :mod:`alfrl.evaluate` success per split and task type
+- :mod:`alfrl.eval_stats` summaries, the Wilson interval and the paired sign test
+- :mod:`alfrl.eval_report` comparison tables and figures of evaluated checkpoints
 - :mod:`alfrl.sft`      the expert warm start
+- :mod:`alfrl.cli`      dataclass configs as ``python -m alfrl`` flags
 """
 
 __version__ = "0.1.0"

@@ -18,8 +18,12 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alfrl import TASK_TYPES
+
+if TYPE_CHECKING:  # for annotations only: each command imports what it needs when it runs
+    from alfrl.train_config import TrainConfig
 
 
 def _table(data_dir: str | None) -> str:
@@ -257,26 +261,9 @@ def cmd_sft(args: argparse.Namespace) -> None:
     print(f"adapter saved to {adapter}; train from it with: python -m alfrl train --init-adapter {adapter}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """``python -m alfrl``'s commands and their flags (the dataclass configs' fields)."""
-    from alfrl.cli import add_dataclass_args
-    from alfrl.generate import GenerateConfig
-    from alfrl.train import PRESETS, TrainConfig
-
-    parser = argparse.ArgumentParser(prog="python -m alfrl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("setup", help="expand the committed game packs into data/games")
-    p.add_argument("--data-dir", help="where to expand (default: $ALFRL_DATA_DIR or data/games)")
-    p.add_argument("--force", action="store_true", help="rewrite games even if already expanded")
-    p.set_defaults(func=cmd_setup)
-
-    p = sub.add_parser("games", help="count games per split and task type")
-    p.add_argument("--data-dir", help="games folder, or $ALFWORLD_DATA for official games")
-    p.set_defaults(func=cmd_games)
-
-    cpu = TrainConfig()
+def _add_demo(sub: argparse._SubParsersAction, cpu: TrainConfig) -> None:
+    """``python -m alfrl demo``: the expert's or the agent's game, its defaults those of ``cpu`` (the
+    training settings the agent plays with)."""
     p = sub.add_parser("demo", help="play one game to the end with ALFWorld's expert (or --agent: the course's agent)",
                        description="Play one game to the end in the real ALFWorld engine, turn by turn: ALFWorld's "
                                    "handcoded expert, or with --agent the course's own agent (a LoRA adapter on "
@@ -300,6 +287,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-receptacles", type=int, help="only rooms with at most this many receptacles "
                                                        f"(default: none; {cpu.max_receptacles} for --agent; 0 = any)")
     p.set_defaults(func=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m alfrl``'s commands and their flags (the dataclass configs' fields)."""
+    from alfrl.cli import add_dataclass_args
+    from alfrl.generate import GenerateConfig
+    from alfrl.train import PRESETS, TrainConfig
+
+    parser = argparse.ArgumentParser(prog="python -m alfrl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("setup", help="expand the committed game packs into data/games")
+    p.add_argument("--data-dir", help="where to expand (default: $ALFRL_DATA_DIR or data/games)")
+    p.add_argument("--force", action="store_true", help="rewrite games even if already expanded")
+    p.set_defaults(func=cmd_setup)
+
+    p = sub.add_parser("games", help="count games per split and task type")
+    p.add_argument("--data-dir", help="games folder, or $ALFWORLD_DATA for official games")
+    p.set_defaults(func=cmd_games)
+
+    _add_demo(sub, TrainConfig())
 
     p = sub.add_parser("generate", help="make new games offline")
     add_dataclass_args(p, GenerateConfig)

@@ -205,68 +205,48 @@ class GroupSession:
         return float(u) < math.exp(token_logp)
 
     def _sample_speculative(self, logits: torch.Tensor, new: list[list[int]], cfg: SampleConfig) -> dict[int, Sample]:
-        live = list(self.branches)
-        reply = {b: [] for b in live}
-        logprobs = {b: [] for b in live}
-        entropies = {b: [] for b in live}
-        stopped = {b: "budget" for b in live}
-
-        def take(b: int, token: int, token_logp: float, entropy: float) -> bool:
-            """Append a token to branch b's reply; False once the reply has ended."""
-            reply[b].append(token)
-            logprobs[b].append(token_logp)
-            entropies[b].append(entropy)
-            if token in self.stop_ids:
-                stopped[b] = "eos"
-                return False
-            return len(reply[b]) < cfg.max_new_tokens
-
-        running = []
+        replies = _Replies.start(self.branches, self.stop_ids, cfg.max_new_tokens)
         first = token_distribution(logits, cfg.temperature, cfg.top_p)
         first_entropy = torch.special.entr(first.exp()).sum(-1).tolist()
-        for i, b in enumerate(live):
+        running = []
+        for i, b in enumerate(self.branches):
             token = self._draw(first[i], b, cfg.temperature)
-            if take(b, token, float(first[i, token]), first_entropy[i]):
+            if replies.take(b, token, float(first[i, token]), first_entropy[i]):
                 running.append(b)
         while running:
             # each running branch reads its pending (last sampled) token and a draft of what may follow
-            drafts = {b: lookup_draft(self.read[b] + reply[b][-1:],
-                                      min(cfg.draft_tokens, cfg.max_new_tokens - len(reply[b])))
+            drafts = {b: lookup_draft(self.read[b] + replies.tokens[b][-1:],
+                                      min(cfg.draft_tokens, cfg.max_new_tokens - len(replies.tokens[b])))
                       for b in running}
-            feed = [[reply[b][-1]] + drafts[b] if b in drafts else [] for b in self.branches]
-            before = {b: len(reply[b]) for b in running}
+            feed = [[replies.tokens[b][-1]] + drafts[b] if b in drafts else [] for b in self.branches]
+            before = {b: len(replies.tokens[b]) for b in running}
             logp_all = token_distribution(self._forward(feed, every_position=True), cfg.temperature, cfg.top_p)
             entropy_all = torch.special.entr(logp_all.exp()).sum(-1)
-            still = []
             row = {b: i for i, b in enumerate(self.branches)}
-            for b in running:
-                i = row[b]
-                draft = drafts[b]
-                width = len(draft) + 1
-                logp, entropy = logp_all[i, :width], entropy_all[i, :width].tolist()
-                drafted = logp[torch.arange(len(draft)), torch.tensor(draft, dtype=torch.long)].tolist() if draft else []
-                going = True
-                for j, token in enumerate(draft):
-                    if not self._accept(logp[j], token, drafted[j], b, cfg.temperature):
-                        nxt = self._draw(logp[j], b, cfg.temperature, exclude=token)
-                        going = take(b, nxt, float(logp[j, nxt]), entropy[j])
-                        break
-                    going = take(b, token, drafted[j], entropy[j])
-                    if not going:
-                        break
-                else:  # every draft token accepted: one more from after the last
-                    j = len(draft)
-                    nxt = self._draw(logp[j], b, cfg.temperature)
-                    going = take(b, nxt, float(logp[j, nxt]), entropy[j])
-                if going:
-                    still.append(b)
+            width = {b: len(drafts[b]) + 1 for b in running}
+            still = [b for b in running
+                     if self._check_draft(replies, b, drafts[b], logp_all[row[b], :width[b]],
+                                          entropy_all[row[b], :width[b]].tolist(), cfg.temperature)]
             # every reply token but the last is read: unread the rest of what was fed
-            self._unread({b: len(drafts[b]) + 1 - (len(reply[b]) - before[b]) for b in running})
+            self._unread({b: width[b] - (len(replies.tokens[b]) - before[b]) for b in running})
             running = still
         self._compact_if_holey()
-        return {b: Sample(tokens=reply[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n),
-                          entropies=entropies[b])
-                for b, n in zip(live, new)}
+        return replies.samples(self.branches, new)
+
+    def _check_draft(self, replies: _Replies, b: int, draft: list[int], logp: torch.Tensor, entropy: list[float],
+                     temperature: float) -> bool:
+        """Branch b's draft, token by token: accepted ones join the reply; at the first rejection one token
+        is drawn with the draft token removed; if all stand, one more is drawn after them (``logp`` holds
+        the distributions after the pending token and after each draft token). False once the reply ended."""
+        drafted = logp[torch.arange(len(draft)), torch.tensor(draft, dtype=torch.long)].tolist() if draft else []
+        for j, token in enumerate(draft):
+            if not self._accept(logp[j], token, drafted[j], b, temperature):
+                nxt = self._draw(logp[j], b, temperature, exclude=token)
+                return replies.take(b, nxt, float(logp[j, nxt]), entropy[j])
+            if not replies.take(b, token, drafted[j], entropy[j]):
+                return False
+        nxt = self._draw(logp[len(draft)], b, temperature)
+        return replies.take(b, nxt, float(logp[len(draft), nxt]), entropy[len(draft)])
 
     def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
         """Read what is new in each branch's prompt, then sample one reply per branch.
@@ -287,12 +267,9 @@ class GroupSession:
         if cfg.draft_tokens > 0 and self.holes:
             return self._sample_speculative(logits, new, cfg)
         live = list(self.branches)
-        tokens = {b: [] for b in live}
-        logprobs = {b: [] for b in live}
-        entropies = {b: [] for b in live}
-        stopped = {b: "budget" for b in live}
+        replies = _Replies.start(live, self.stop_ids, cfg.max_new_tokens)
         running = set(live)
-        for step in range(cfg.max_new_tokens):
+        while running:
             logp = token_distribution(logits, cfg.temperature, cfg.top_p)
             rows = [i for i, b in enumerate(live) if b in running]
             index = torch.tensor(rows, device=logp.device)
@@ -304,28 +281,49 @@ class GroupSession:
             # two reads from the device per step, whatever the number of branches
             entropy = torch.special.entr(logp[index].exp()).sum(-1)  # -sum p log p; 0 outside a nucleus
             picked_logp, picked_entropy = torch.stack([logp[index, picked], entropy]).tolist()
-            sampled = dict(zip(rows, zip(picked.tolist(), picked_logp, picked_entropy)))
-            feed = []
-            for i, b in enumerate(live):
-                if b not in running:
-                    feed.append([])
-                    continue
-                token, token_logp, token_entropy = sampled[i]
-                tokens[b].append(token)
-                logprobs[b].append(token_logp)
-                entropies[b].append(token_entropy)
-                if token in self.stop_ids:
-                    stopped[b] = "eos"
-                    running.discard(b)
-                feed.append([token] if b in running else [])
-            if not running or step + 1 == cfg.max_new_tokens:
-                break
-            logits = self._forward(feed)
+            for i, token, token_logp, token_entropy in zip(rows, picked.tolist(), picked_logp, picked_entropy):
+                if not replies.take(live[i], token, token_logp, token_entropy):
+                    running.discard(live[i])
+            if running:
+                logits = self._forward([[replies.tokens[b][-1]] if b in running else [] for b in live])
         # The last sampled token is read at the start of the next turn, with the tool result.
         self._compact_if_holey()
-        return {b: Sample(tokens=tokens[b], logprobs=logprobs[b], stopped_on=stopped[b], prefilled=len(n),
-                          entropies=entropies[b])
-                for b, n in zip(live, new)}
+        return replies.samples(live, new)
+
+
+@dataclass
+class _Replies:
+    """The replies being sampled in one call, one per branch: their tokens, logprobs and entropies, and
+    why each stopped."""
+
+    stop_ids: set[int]
+    max_new_tokens: int
+    tokens: dict[int, list[int]]
+    logprobs: dict[int, list[float]]
+    entropies: dict[int, list[float]]
+    stopped: dict[int, str]
+
+    @classmethod
+    def start(cls, branches: list[int], stop_ids: set[int], max_new_tokens: int) -> _Replies:
+        return cls(stop_ids, max_new_tokens, {b: [] for b in branches}, {b: [] for b in branches},
+                   {b: [] for b in branches}, {b: "budget" for b in branches})
+
+    def take(self, b: int, token: int, token_logp: float, entropy: float) -> bool:
+        """Append a token to branch b's reply; False once the reply has ended (an end-of-turn token, or
+        ``max_new_tokens`` reached)."""
+        self.tokens[b].append(token)
+        self.logprobs[b].append(token_logp)
+        self.entropies[b].append(entropy)
+        if token in self.stop_ids:
+            self.stopped[b] = "eos"
+            return False
+        return len(self.tokens[b]) < self.max_new_tokens
+
+    def samples(self, branches: list[int], new: list[list[int]]) -> dict[int, Sample]:
+        """The finished replies, with the prompt tokens each branch read first."""
+        return {b: Sample(tokens=self.tokens[b], logprobs=self.logprobs[b], stopped_on=self.stopped[b],
+                          prefilled=len(n), entropies=self.entropies[b])
+                for b, n in zip(branches, new)}
 
 
 class Session:
