@@ -50,6 +50,16 @@ def comparison_table(results: dict[str, str | Path]):
     return pd.DataFrame(rows).set_index("checkpoint")
 
 
+def markdown_table(table) -> str:
+    """A pandas table as a Markdown table (without the optional tabulate package)."""
+    def cell(v) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+    head = [table.index.name or ""] + list(table.columns)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([str(i)] + [cell(v) for v in row]) + " |" for i, row in zip(table.index, table.values)]
+    return "\n".join(lines)
+
+
 def comparison_figure(results: dict[str, str | Path], path: str | Path | None = None):
     """Three panels like the reference's: success by split, success per task type, invalid actions."""
     import matplotlib.pyplot as plt

@@ -58,13 +58,32 @@ def wilson_interval(won: int, games: int, z: float = 1.96) -> tuple[float, float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def paired_outcomes(before: str | Path, after: str | Path) -> dict:
-    """Before vs after on the games both folders played: how many games were ``gained`` (lost, then
-    won) and ``lost`` (won, then lost), and the exact two-sided sign-test (McNemar) p-value of that
-    split. Pairing removes the games' difficulty from the comparison, so it is sharper than two
-    separate intervals: 5 gained and 0 lost gives p = 0.0625, 6 and 0 gives p = 0.03125."""
-    won_before = {(r["split"], r["game_id"]): r["won"] for r in read_records(before)}
-    won_after = {(r["split"], r["game_id"]): r["won"] for r in read_records(after)}
+OUTCOME_FIELDS = ("split", "game_id", "task_type", "won", "steps", "invalid", "end_reason")
+"""What a game's evaluation record keeps without its trajectory: enough for every statistic here."""
+
+
+def outcomes(records: list[dict], checkpoint: str) -> list[dict]:
+    """Each game's outcome without its trajectory, labelled with the checkpoint: a few dozen bytes a
+    game, so a comparison's outcomes can be committed (``scripts/cpu_learning_result.py`` writes them)
+    and a later checkpoint paired with them without evaluating the old one again."""
+    return [{"checkpoint": checkpoint, **{name: r[name] for name in OUTCOME_FIELDS}} for r in records]
+
+
+def _records(source: str | Path | list[dict]) -> list[dict]:
+    """Records from an evaluation folder, a JSONL file of records or outcomes, or a list of them."""
+    if isinstance(source, list):
+        return source
+    return read_jsonl(source) if Path(source).is_file() else read_records(source)
+
+
+def paired_outcomes(before: str | Path | list[dict], after: str | Path | list[dict]) -> dict:
+    """Before vs after on the games both played: how many games were ``gained`` (lost, then won) and
+    ``lost`` (won, then lost), and the exact two-sided sign-test (McNemar) p-value of that split.
+    Pairing removes the games' difficulty from the comparison, so it is sharper than two separate
+    intervals: 5 gained and 0 lost gives p = 0.0625, 6 and 0 gives p = 0.03125. Each side is an
+    evaluation folder, a records or outcomes file, or a list of records (:func:`outcomes`)."""
+    won_before = {(r["split"], r["game_id"]): r["won"] for r in _records(before)}
+    won_after = {(r["split"], r["game_id"]): r["won"] for r in _records(after)}
     common = won_before.keys() & won_after.keys()
     if not common:
         raise ValueError(f"{before} and {after} share no games; evaluate both on the same split and data")

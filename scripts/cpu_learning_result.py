@@ -8,7 +8,8 @@ with ``--data-dir``, e.g. the official games: ``--data-dir $ALFWORLD_DATA/json_2
 valid_seen`` evaluates the same runs there; ``--data-dir data/heldout`` on the 85 held-out small rooms
 generated for this measurement), ``OUT/seed<S>/`` (the training runs), ``OUT/table.md``
 ``OUT/figure.png``, ``OUT/summaries.json`` (every checkpoint's evaluation summary: commit it with the
-table) and ``OUT/seconds.json``, and prints the wall time of each part.
+table), ``OUT/outcomes.jsonl`` (every game's outcome per checkpoint, for paired tests: commit it too) and
+``OUT/seconds.json``, and prints the wall time of each part.
 Re-running it continues where it stopped: finished evaluations and runs are reused.
 """
 
@@ -20,6 +21,8 @@ import time
 from pathlib import Path
 
 from alfrl.checkpoint import latest_checkpoint
+from alfrl.eval_stats import outcomes, read_records
+from alfrl.eval_report import markdown_table
 from alfrl.evaluate import EvalConfig, comparison_figure, comparison_table, evaluate
 from alfrl.models import WARM_START
 from alfrl.train import preset, train
@@ -33,16 +36,6 @@ def eval_config(train_config, out: Path, adapter: str, split: str, limit: int | 
                       max_expert_steps=train_config.max_expert_steps, max_receptacles=train_config.max_receptacles,
                       max_steps=train_config.max_steps, max_new_tokens=train_config.max_new_tokens,
                       max_trajectory_tokens=train_config.max_trajectory_tokens, threads=train_config.threads)
-
-
-def markdown(table) -> str:
-    """A pandas table as a Markdown table (without the optional tabulate package)."""
-    def cell(v) -> str:
-        return f"{v:.3g}" if isinstance(v, float) else str(v)
-    head = [table.index.name or ""] + list(table.columns)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join([str(i)] + [cell(v) for v in row]) + " |" for i, row in zip(table.index, table.values)]
-    return "\n".join(lines)
 
 
 def timed(what: str, seconds: dict, fn, *args, **kwargs):
@@ -100,13 +93,16 @@ def main() -> None:
         results[name] = evals / name
     table = comparison_table(results)
     tag += "" if evals.name == "eval" else "_" + evals.name.removeprefix("eval_")
-    (out / f"table{tag}.md").write_text(markdown(table) + "\n")
+    (out / f"table{tag}.md").write_text(markdown_table(table) + "\n")
     comparison_figure(results, out / f"figure{tag}.png")
     (out / f"seconds{tag}.json").write_text(json.dumps(seconds, indent=2))
     # the evaluation summaries behind the table, in one file to commit beside it (data/results/)
     (out / f"summaries{tag}.json").write_text(json.dumps(
         {name: json.loads((folder / "summary.json").read_text()) for name, folder in results.items()}, indent=1))
-    print(markdown(table))
+    # each game's outcome per checkpoint, without trajectories (a few KB): a later run pairs with these
+    (out / f"outcomes{tag}.jsonl").write_text("".join(
+        json.dumps(row) + "\n" for name, folder in results.items() for row in outcomes(read_records(folder), name)))
+    print(markdown_table(table))
     print(f"figure: {out / f'figure{tag}.png'}; wall time {sum(seconds.values()) / 60:.1f} min "
           f"({', '.join(f'{k} {v / 60:.1f}' for k, v in seconds.items())})")
 

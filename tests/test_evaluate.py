@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from alfrl.eval_report import markdown_table
+from alfrl.eval_stats import outcomes
 from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
                             selected_records, summarize, wilson_interval)
 
@@ -115,6 +117,9 @@ def test_paired_outcomes_by_hand(tmp_path):
     assert table.loc["after", "vs first: gained/lost (p)"] == "+5/-1 (p=0.22)"
     assert table.loc["before", "vs first: gained/lost (p)"] == "-"
     assert table.loc["after", "solved"] == "7/10" and table.loc["before", "solved"] == "3/10"
+    lines = markdown_table(table).splitlines()  # what scripts/compare_evals.py commits
+    assert lines[0].startswith("| checkpoint | valid_unseen % | all % | solved |") and lines[1].startswith("|---|")
+    assert lines[3].startswith("| after | 70 | 70 | 7/10 |") and lines[3].endswith("| +5/-1 (p=0.22) |")
     write_results(tmp_path / "elsewhere", [True])
     (tmp_path / "elsewhere" / "records.jsonl").write_text(json.dumps({"split": "valid_seen", "game_id": "x",
                                                                        "won": True}) + "\n")
@@ -122,6 +127,20 @@ def test_paired_outcomes_by_hand(tmp_path):
         paired_outcomes(tmp_path / "before", tmp_path / "elsewhere")
     table = comparison_table({"before": tmp_path / "before", "elsewhere": tmp_path / "elsewhere"})
     assert table.loc["elsewhere", "vs first: gained/lost (p)"] == "no shared games"
+
+
+def test_outcomes_file_pairs_like_the_folder(tmp_path):
+    """A committed outcomes file (no trajectories) gives the same paired test as the evaluation folder."""
+    write_results(tmp_path / "before", [i < 3 for i in range(10)])
+    write_results(tmp_path / "after", [1 <= i < 8 for i in range(10)])
+    kept = outcomes(read_records(tmp_path / "before"), "warm start")
+    assert kept[0] == {"checkpoint": "warm start", "split": "valid_unseen", "game_id": "game0",
+                       "task_type": "pick_and_place_simple", "won": True, "steps": 10, "invalid": 0,
+                       "end_reason": "won"}
+    (tmp_path / "outcomes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    expected = {"games": 10, "gained": 5, "lost": 1, "p_value": 14 / 64}
+    assert paired_outcomes(tmp_path / "outcomes.jsonl", tmp_path / "after") == expected
+    assert paired_outcomes(kept, read_records(tmp_path / "after")) == expected
 
 
 def test_wilson_interval():
