@@ -19,7 +19,7 @@ No table per task type or per game: :func:`subgoals` derives them from the goal 
 :func:`reached` checks them on the facts of the engine's state (``textworld.EnvInfos(facts=True)``,
 as :func:`alfrl.engine.make_fast_engine` asks for with ``facts=True``). Subgoals count as reached
 once, even if undone later (an object picked up, then put down): :class:`Progress` keeps that.
-A subgoal-shaped reward adds ``alpha`` for each one reached (issue 18's first item).
+A subgoal-shaped reward would add ``alpha`` for each one reached (issue 18's first item; not yet in training).
 
 Not yet taught: issue 18's notebook 07 (subgoal rewards) is to build on it; the README's "The games"
 shows a game's subgoals.
@@ -53,10 +53,14 @@ class Subgoal:
         """A short description: "clean a spoon", "put a second clean spoon in countertop"."""
         if self.kind == "place":
             adjectives = " ".join({"isclean": "clean", "ishot": "hot", "iscool": "cool"}[s] for s in self.states)
-            what = " ".join(w for w in ("a second" if self.count == 2 else "a", adjectives, self.object_type) if w)
-            return f"put {what} in {self.receptacle_type}"
+            what = " ".join(w for w in (adjectives, self.object_type) if w)
+            return f"put {'a second' if self.count == 2 else _article(what)} {what} in {self.receptacle_type}"
         verb = {"hold": "take", "toggle": "turn on"}.get(self.kind, self.kind)
-        return f"{verb} a {self.object_type}"
+        return f"{verb} {_article(self.object_type)} {self.object_type}"
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def _sexpr(text: str) -> list:

@@ -31,10 +31,11 @@ def test_subgoals_by_hand():
     assert subgoals(CLEAN) == [Subgoal("hold", "spoon"), Subgoal("clean", "spoon"),
                                Subgoal("place", "spoon", "countertop", ("isclean",), 1)]
     assert [g.text() for g in subgoals(CLEAN)] == ["take a spoon", "clean a spoon", "put a clean spoon in countertop"]
-    assert [g.text() for g in subgoals(TWO)] == ["take a alarmclock", "put a alarmclock in dresser",
+    assert [g.text() for g in subgoals(TWO)] == ["take an alarmclock", "put an alarmclock in dresser",
                                                  "put a second alarmclock in dresser"]
     # the lamp is not moved (its inReceptacle only says where it stands): take the clock, then turn the lamp on
     assert subgoals(LIGHT) == [Subgoal("hold", "alarmclock"), Subgoal("toggle", "desklamp")]
+    assert [g.text() for g in subgoals(LIGHT)] == ["take an alarmclock", "turn on a desklamp"]
     with pytest.raises(ValueError, match="no \\(:goal"):
         subgoals("(define (problem plan) (:domain alfred))")
 
