@@ -10,7 +10,7 @@ from pathlib import Path
 from statistics import fmean
 
 from alfrl import TASK_TYPES
-from alfrl.eval_stats import paired_outcomes, wilson_interval
+from alfrl.eval_stats import outcomes, paired_outcomes, read_records, wilson_interval
 
 SHORT_TASK_NAMES = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep":
                     "clean", "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool",
@@ -58,6 +58,21 @@ def markdown_table(table) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([str(i)] + [cell(v) for v in row]) + " |" for i, row in zip(table.index, table.values)]
     return "\n".join(lines)
+
+
+def write_comparison(results: dict[str, str | Path], table: Path, figure: Path, summaries: Path,
+                     outcomes_file: Path, note: str = "") -> str:
+    """A comparison as files to commit: the Markdown ``table`` (``note`` above it), the ``figure``, every
+    evaluation's summary in one JSON file and every game's outcome per checkpoint in one JSONL file (a
+    later checkpoint can be paired with these without evaluating the first again). Returns the table."""
+    markdown = markdown_table(comparison_table(results))
+    Path(table).write_text((note + "\n\n" if note else "") + markdown + "\n")
+    comparison_figure(results, figure)
+    Path(summaries).write_text(json.dumps(
+        {name: json.loads((Path(folder) / "summary.json").read_text()) for name, folder in results.items()}, indent=1))
+    Path(outcomes_file).write_text("".join(json.dumps(row) + "\n" for name, folder in results.items()
+                                           for row in outcomes(read_records(folder), name)))
+    return markdown
 
 
 def comparison_figure(results: dict[str, str | Path], path: str | Path | None = None):

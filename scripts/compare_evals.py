@@ -11,11 +11,9 @@ trajectories: a later checkpoint can be paired with these without evaluating the
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from alfrl.eval_report import comparison_figure, comparison_table, markdown_table
-from alfrl.eval_stats import outcomes, read_records
+from alfrl.eval_report import write_comparison
 
 
 def main() -> None:
@@ -32,14 +30,8 @@ def main() -> None:
         results[name] = Path(folder)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    table = markdown_table(comparison_table(results))
-    Path(f"{out}.md").write_text((args.note + "\n\n" if args.note else "") + table + "\n")
-    comparison_figure(results, Path(f"{out}.png"))
-    Path(f"{out}_summaries.json").write_text(json.dumps(
-        {name: json.loads((folder / "summary.json").read_text()) for name, folder in results.items()}, indent=1))
-    Path(f"{out}_outcomes.jsonl").write_text("".join(
-        json.dumps(row) + "\n" for name, folder in results.items() for row in outcomes(read_records(folder), name)))
-    print(table)
+    print(write_comparison(results, Path(f"{out}.md"), Path(f"{out}.png"), Path(f"{out}_summaries.json"),
+                           Path(f"{out}_outcomes.jsonl"), note=args.note))
     print(f"wrote {out}.md, {out}.png, {out}_summaries.json, {out}_outcomes.jsonl")
 
 

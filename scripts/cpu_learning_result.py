@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 from alfrl.checkpoint import latest_checkpoint
-from alfrl.eval_stats import outcomes, read_records
-from alfrl.eval_report import markdown_table
-from alfrl.evaluate import EvalConfig, comparison_figure, comparison_table, evaluate
+from alfrl.eval_report import write_comparison
+from alfrl.evaluate import EvalConfig, evaluate
 from alfrl.models import WARM_START
 from alfrl.train import preset, train
 
@@ -91,18 +90,10 @@ def main() -> None:
         timed(f"eval {name}", seconds, evaluate, eval_config(config, evals / name, str(adapter), args.split,
                                                              args.limit, args.data_dir))
         results[name] = evals / name
-    table = comparison_table(results)
     tag += "" if evals.name == "eval" else "_" + evals.name.removeprefix("eval_")
-    (out / f"table{tag}.md").write_text(markdown_table(table) + "\n")
-    comparison_figure(results, out / f"figure{tag}.png")
     (out / f"seconds{tag}.json").write_text(json.dumps(seconds, indent=2))
-    # the evaluation summaries behind the table, in one file to commit beside it (data/results/)
-    (out / f"summaries{tag}.json").write_text(json.dumps(
-        {name: json.loads((folder / "summary.json").read_text()) for name, folder in results.items()}, indent=1))
-    # each game's outcome per checkpoint, without trajectories (a few KB): a later run pairs with these
-    (out / f"outcomes{tag}.jsonl").write_text("".join(
-        json.dumps(row) + "\n" for name, folder in results.items() for row in outcomes(read_records(folder), name)))
-    print(markdown_table(table))
+    print(write_comparison(results, out / f"table{tag}.md", out / f"figure{tag}.png", out / f"summaries{tag}.json",
+                           out / f"outcomes{tag}.jsonl"))
     print(f"figure: {out / f'figure{tag}.png'}; wall time {sum(seconds.values()) / 60:.1f} min "
           f"({', '.join(f'{k} {v / 60:.1f}' for k, v in seconds.items())})")
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from alfrl.eval_report import markdown_table
+from alfrl.checkpoint import read_jsonl
+from alfrl.eval_report import markdown_table, write_comparison
 from alfrl.eval_stats import outcomes
 from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
                             selected_records, summarize, wilson_interval)
@@ -141,6 +142,14 @@ def test_outcomes_file_pairs_like_the_folder(tmp_path):
     expected = {"games": 10, "gained": 5, "lost": 1, "p_value": 14 / 64}
     assert paired_outcomes(tmp_path / "outcomes.jsonl", tmp_path / "after") == expected
     assert paired_outcomes(kept, read_records(tmp_path / "after")) == expected
+    # the files scripts/compare_evals.py and cpu_learning_result.py commit
+    results = {"warm start": tmp_path / "before", "after": tmp_path / "after"}
+    files = [tmp_path / name for name in ("t.md", "f.png", "s.json", "o.jsonl")]
+    table = write_comparison(results, *files, note="made by hand")
+    assert files[0].read_text() == "made by hand\n\n" + table + "\n" and "+5/-1 (p=0.22)" in table
+    assert files[1].stat().st_size > 0 and set(json.loads(files[2].read_text())) == {"warm start", "after"}
+    assert paired_outcomes([r for r in read_jsonl(files[3]) if r["checkpoint"] == "warm start"],
+                           [r for r in read_jsonl(files[3]) if r["checkpoint"] == "after"]) == expected
 
 
 def test_wilson_interval():
