@@ -3,7 +3,9 @@
 GRPO needs no value network: the K trajectories of one game are each other's baseline.
 
 - episode reward = won - ``invalid_penalty`` x invalid actions (1 - 0.1 x 2 = 0.8 for a
-  win with two invalid replies; 0 - 0.1 x 3 = -0.3 for a loss with three);
+  win with two invalid replies; 0 - 0.1 x 3 = -0.3 for a loss with three); with a
+  ``subgoal_reward`` alpha > 0 (notebook 07), + alpha x subgoals reached, so that a group with no
+  win can still rank the branch that took and cleaned the spoon above the one that wandered;
 - advantage = reward - mean reward of the group (optionally divided by the group's std);
 - a group whose rewards are all equal has advantage 0 everywhere: it carries no signal,
   so it is counted and left out of the update;
@@ -33,11 +35,24 @@ class AdvantageConfig:
     """Divide advantages by the group's reward std (GRPO's original form); off in the reference run."""
     std_eps: float = 1e-6
     """Added to the std before dividing."""
+    subgoal_reward: float = 0.0
+    """Reward per subgoal reached (alpha; 0 = the reference reward, won - 0.1 x invalid)."""
+
+    def reward(self, trajectory: Trajectory) -> float:
+        """This config's :func:`episode_reward` of ``trajectory``."""
+        return episode_reward(trajectory, self.invalid_penalty, self.subgoal_reward)
 
 
-def episode_reward(trajectory: Trajectory, invalid_penalty: float = 0.1) -> float:
-    """won - invalid_penalty x invalid actions."""
-    return float(trajectory.won) - invalid_penalty * trajectory.invalid
+def episode_reward(trajectory: Trajectory, invalid_penalty: float = 0.1, subgoal_reward: float = 0.0) -> float:
+    """won + subgoal_reward x subgoals reached - invalid_penalty x invalid actions (the subgoals are read
+    only when they count, so anything with ``won`` and ``invalid`` has the reference reward)."""
+    bonus = subgoal_reward * trajectory.subgoals if subgoal_reward else 0.0
+    return float(trajectory.won) + bonus - invalid_penalty * trajectory.invalid
+
+
+def progress_spread(group: list[Trajectory]) -> bool:
+    """Whether the branches differ in how far they got: won, or subgoals reached (invalid actions aside)."""
+    return len({(t.won, t.subgoals) for t in group}) > 1
 
 
 def is_degenerate(rewards: list[float], tol: float = 1e-9) -> bool:
@@ -58,7 +73,7 @@ def assign_advantages(groups: list[list[Trajectory]], config: AdvantageConfig | 
     config = config or AdvantageConfig()
     keep = []
     for group in groups:
-        rewards = [episode_reward(t, config.invalid_penalty) for t in group]
+        rewards = [config.reward(t) for t in group]
         if is_degenerate(rewards):
             advantages = [0.0] * len(group)
         else:
@@ -82,15 +97,18 @@ def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None =
     The learning signal: ``success`` is the win rate at the rollout temperature; ``win_group_rate`` the
     share of groups with at least one win (only those can teach winning: with p the win rate, a group of
     K has one with probability 1 - (1-p)^K); ``spread_group_rate`` the share whose rewards differ at all
-    (the rest have advantage 0 everywhere and teach nothing). ``entropy``: the sampling distribution's
+    (the rest have advantage 0 everywhere and teach nothing); ``progress_group_rate`` the share whose
+    branches differ in wins or subgoals reached (what a subgoal reward can learn from, beyond invalid
+    actions); ``subgoal_rate`` the share of their games' subgoals the episodes reached. ``entropy``: the sampling distribution's
     mean entropy per sampled token (nats; falling fast means the policy stops exploring);
     ``reply_tokens``: sampled tokens per reply."""
     config = config or AdvantageConfig()
     trajectories = [t for g in groups for t in g]
     if not trajectories:
         raise ValueError("no trajectories to summarise")
-    rewards = [episode_reward(t, config.invalid_penalty) for t in trajectories]
-    degenerate = sum(is_degenerate([episode_reward(t, config.invalid_penalty) for t in g]) for g in groups)
+    rewards = [config.reward(t) for t in trajectories]
+    degenerate = sum(is_degenerate([config.reward(t) for t in g]) for g in groups)
+    counted = [t for t in trajectories if t.subgoals_total]
     ends = Counter(t.end_reason for t in trajectories)
     turns = [turn for t in trajectories for turn in t.turns]
     stats = {
@@ -105,6 +123,8 @@ def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None =
         "degenerate_rate": degenerate / len(groups),
         "spread_group_rate": 1 - degenerate / len(groups),
         "win_group_rate": fmean(any(t.won for t in g) for g in groups),
+        "progress_group_rate": fmean(progress_spread(g) for g in groups),
+        "subgoal_rate": fmean(t.subgoals / t.subgoals_total for t in counted) if counted else 0.0,
         "mean_steps": fmean(t.steps for t in trajectories),
         "mean_tokens": fmean(len(t.tokens) for t in trajectories),
         "reply_tokens": sum(t.sampled for t in trajectories) / max(1, sum(t.steps for t in trajectories)),

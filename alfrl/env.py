@@ -19,7 +19,9 @@ Rules the rest of the course relies on:
   are all inadmissible (it sends nothing); ``close`` still stops every worker;
 * workers never outlive their parent: killed with SIGKILL or SIGTERM, it takes them with it
   (a parent-death signal on Linux; elsewhere, and as a fallback, each worker watches its
-  pipe and its parent's pid).
+  pipe and its parent's pid);
+* each copy counts the subgoals of its game reached so far (:mod:`alfrl.subgoals`, read on the
+  engine's facts): ``StepResult.subgoals`` of ``subgoals_total[i]``, for a subgoal-shaped reward.
 
 Taught in notebook 01 (a group of game copies); used from 02 on.
 """
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Mapping
+
+from alfrl.subgoals import Progress, game_subgoals
 
 WORKER_DIED_FIX = ("the games of its copies are lost. Close this GroupEnv (env.close()), make a new one and "
                    "reset it. If workers keep dying, run with workers=0 to see the error in this process; "
@@ -60,6 +64,8 @@ class StepResult:
     """Whether the action was one of the admissible commands (if not, nothing changed)."""
     steps: int
     """Actions taken by this copy so far, admissible or not."""
+    subgoals: int = 0
+    """Subgoals of the game this copy has reached so far (once reached, counted; alfrl.subgoals)."""
 
 
 @dataclass
@@ -72,14 +78,18 @@ class GroupReset:
 
 
 class _Copies:
-    """Copies of the engine living in one process (the worker's side of the pipe)."""
+    """Copies of the engine living in one process (the worker's side of the pipe), each with the
+    subgoals of its game reached so far."""
 
     def __init__(self, ids: list[int]):
         from alfrl.engine import make_fast_engine
-        self.engines = {i: make_fast_engine() for i in ids}
+        self.engines = {i: make_fast_engine(facts=True) for i in ids}
+        self.progress: dict[int, Progress] = {}
 
-    def reset(self, path: str | dict[int, str]) -> dict[int, tuple[str, list[str]]]:
-        """Load one game into every copy, or ``{copy: game}`` into the copies named."""
+    def reset(self, path: str | dict[int, str]) -> dict[int, tuple[str, list[str], int, int]]:
+        """Load one game into every copy, or ``{copy: game}`` into the copies named; each answers
+        (observation, admissible commands, subgoals reached, subgoals in all)."""
+        from alfrl.engine import compiled
         paths = path if isinstance(path, dict) else {i: path for i in self.engines}
         out = {}
         for i, engine in self.engines.items():
@@ -87,14 +97,17 @@ class _Copies:
                 continue
             engine.load(paths[i])
             state = engine.reset()
-            out[i] = (state["feedback"], list(state["admissible_commands"]))
+            self.progress[i] = Progress(goals=game_subgoals(compiled(paths[i]).data.get("pddl_problem", "")))
+            out[i] = (state["feedback"], list(state["admissible_commands"]), self.progress[i].update(state["facts"]),
+                      len(self.progress[i].goals))
         return out
 
-    def step(self, actions: dict[int, str]) -> dict[int, tuple[str, list[str], bool]]:
+    def step(self, actions: dict[int, str]) -> dict[int, tuple[str, list[str], bool, int]]:
         out = {}
         for i, action in actions.items():
             state, _, _ = self.engines[i].step(action)
-            out[i] = (state["feedback"], list(state["admissible_commands"]), bool(state["won"]))
+            out[i] = (state["feedback"], list(state["admissible_commands"]), bool(state["won"]),
+                      self.progress[i].update(state["facts"]))
         return out
 
     def close(self) -> None:
@@ -201,6 +214,10 @@ class GroupEnv:
         self.admissible: dict[int, list[str]] = {}
         self.steps: dict[int, int] = {}
         self.won: dict[int, bool] = {}
+        self.subgoals: dict[int, int] = {}
+        """Each copy's subgoals reached so far."""
+        self.subgoals_total: dict[int, int] = {}
+        """Each copy's game's subgoals in all (0 when its goal is not an ALFWorld task's)."""
         try:
             self._start()
         except BaseException:
@@ -315,14 +332,14 @@ class GroupEnv:
         path = _game_path(game)
         self.game = None  # until every copy has started
         starts = self._call("reset", str(path))
-        observations = {obs for obs, _ in starts.values()}
-        lists = {tuple(adm) for _, adm in starts.values()}
+        observations = {start[0] for start in starts.values()}
+        lists = {tuple(start[1]) for start in starts.values()}
         if len(observations) != 1 or len(lists) != 1:
             raise RuntimeError(f"the {self.k} copies of {path} did not start identical: "
                                f"{len(observations)} observations, {len(lists)} admissible lists")
         self.game = path
         self._started(starts)
-        return _start(*starts[0])
+        return _start(*starts[0][:2])
 
     def reset_each(self, games: list) -> list[GroupReset]:
         """Load ``games[i]`` into copy i (one game per copy, e.g. to evaluate K games at once)."""
@@ -334,12 +351,14 @@ class GroupEnv:
         starts = self._call_copies("reset", paths)
         self.game = tuple(Path(p) for p in paths.values())
         self._started(starts)
-        return [_start(*starts[i]) for i in range(self.k)]
+        return [_start(*starts[i][:2]) for i in range(self.k)]
 
-    def _started(self, starts: dict[int, tuple[str, list[str]]]) -> None:
+    def _started(self, starts: dict[int, tuple[str, list[str], int, int]]) -> None:
         self.admissible = {i: list(starts[i][1]) for i in range(self.k)}
         self.steps = {i: 0 for i in range(self.k)}
         self.won = {i: False for i in range(self.k)}
+        self.subgoals = {i: starts[i][2] for i in range(self.k)}
+        self.subgoals_total = {i: starts[i][3] for i in range(self.k)}
 
     def live(self) -> list[int]:
         """Copies that are neither won nor out of steps."""
@@ -365,15 +384,16 @@ class GroupEnv:
             except BaseException:
                 self.game = None  # some copies may have moved, unrecorded: reset before stepping again
                 raise
-            for i, (obs, admissible, won) in moved.items():
-                self.admissible[i], self.won[i] = admissible, won
+            for i, (obs, admissible, won, reached) in moved.items():
+                self.admissible[i], self.won[i], self.subgoals[i] = admissible, won, reached
                 results[i] = obs
         out = {}
         for i in actions:
             self.steps[i] += 1
             out[i] = StepResult(observation=results.get(i, NOTHING_HAPPENS),
                                 admissible_commands=list(self.admissible[i]), won=self.won[i],
-                                done=self._done(i), admissible=i in valid, steps=self.steps[i])
+                                done=self._done(i), admissible=i in valid, steps=self.steps[i],
+                                subgoals=self.subgoals[i])
         return out
 
     def close(self) -> None:

@@ -12,7 +12,8 @@ CURVES = (("reward", "reward", "mean episode reward"),
           ("signal", "the learning signal", "share"),
           ("clip_fraction", "PPO clip fraction (steps after the first)", "share of sampled tokens"))
 SIGNAL = (("success", "win rate at the rollout temperature"), ("win_group_rate", "groups with a win"),
-          ("spread_group_rate", "groups with a reward spread"))
+          ("spread_group_rate", "groups with a reward spread"),
+          ("progress_group_rate", "groups differing in wins or subgoals"))
 """The signal panel: a group teaches only if its rewards differ, and teaches winning only if it has a win."""
 
 

@@ -104,6 +104,8 @@ class _Branch:
     end_reason: str = ""
     won: bool = False
     prompt_tokens: int = 0
+    subgoals: int = 0
+    subgoals_total: int = 0
 
     def end(self, reason: str, last_reply: list[int]) -> None:
         """The trajectory ends with its last reply."""
@@ -172,7 +174,8 @@ def _start(games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat) -
         branches[b] = _Branch(tokens=list(prompt), history=fmt.messages(start.task, start.observation,
                                                                        start.admissible_commands),
                               mask=[0] * len(prompt), logprobs=[0.0] * len(prompt), env_seconds=reset_share,
-                              prompt_tokens=len(prompt))
+                              prompt_tokens=len(prompt), subgoals=env.subgoals[b],
+                              subgoals_total=env.subgoals_total[b])
     return branches
 
 
@@ -222,6 +225,7 @@ def _record_turn(br: _Branch, sample: Sample, text: str, reply, result, fmt: Cha
                          stopped_on=sample.stopped_on))
     br.mask += [1] * len(sample.tokens)
     br.logprobs += sample.logprobs
+    br.subgoals = result.subgoals
     if result.won or result.done:
         br.won = result.won
         br.end("won" if result.won else "max_steps", sample.tokens)
@@ -274,7 +278,8 @@ def _trajectory(game, br: _Branch, branch: int, seed: int, config: RolloutConfig
                       mask=br.mask, logprobs=br.logprobs, turns=br.turns, won=br.won, steps=len(br.turns),
                       invalid=br.invalid, end_reason=br.end_reason, prompt_tokens=br.prompt_tokens,
                       prefilled=br.prefilled, sampled=br.sampled, model_seconds=br.model_seconds,
-                      env_seconds=br.env_seconds, entropy=br.entropy)
+                      env_seconds=br.env_seconds, entropy=br.entropy, subgoals=br.subgoals,
+                      subgoals_total=br.subgoals_total)
 
 
 def rollout_batch(policy, games: list, config: RolloutConfig | None = None, progress: bool = True,

@@ -19,16 +19,19 @@ No table per task type or per game: :func:`subgoals` derives them from the goal 
 :func:`reached` checks them on the facts of the engine's state (``textworld.EnvInfos(facts=True)``,
 as :func:`alfrl.engine.make_fast_engine` asks for with ``facts=True``). Subgoals count as reached
 once, even if undone later (an object picked up, then put down): :class:`Progress` keeps that.
-A subgoal-shaped reward would add ``alpha`` for each one reached (issue 18's first item; not yet in training).
+Every :class:`alfrl.env.GroupEnv` copy keeps its game's :class:`Progress`, so each trajectory records
+the subgoals it reached, and ``--subgoal-reward alpha`` trains on ``won + alpha x subgoals reached
+- 0.1 x invalid`` (:func:`alfrl.advantage.episode_reward`).
 
-Not yet taught: issue 18's notebook 07 (subgoal rewards) is to build on it; the README's "The games"
-shows a game's subgoals.
+Taught in notebook 07 (subgoals read from the engine, and the subgoal-shaped reward).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 STATES = {"isclean": "clean", "ishot": "heat", "iscool": "cool"}
 """Goal predicates that change an object, and the subgoal each makes."""
@@ -132,6 +135,16 @@ def subgoals(pddl_problem: str) -> list[Subgoal]:
     return list(dict.fromkeys([g for g in found if g.kind != "toggle"] + toggles))
 
 
+@lru_cache(maxsize=64)
+def game_subgoals(pddl_problem: str) -> tuple[Subgoal, ...]:
+    """:func:`subgoals`, cached per problem text, and empty (no subgoals to count) for a problem
+    whose goal is not an ALFWorld task's: the env plays such games too, without a shaped reward."""
+    try:
+        return tuple(subgoals(pddl_problem))
+    except (ValueError, KeyError, IndexError):
+        return ()
+
+
 @dataclass
 class State:
     """The facts a subgoal reads, indexed: every object's type, what is held, in which receptacle, and
@@ -170,12 +183,36 @@ def reached(goal: Subgoal, state: State) -> bool:
 class Progress:
     """The subgoals of one episode reached so far: once reached, a subgoal stays counted."""
 
-    def __init__(self, pddl_problem: str):
-        self.goals = subgoals(pddl_problem)
+    def __init__(self, pddl_problem: str | None = None, goals: list[Subgoal] | tuple[Subgoal, ...] | None = None):
+        """The subgoals of ``pddl_problem``, or ``goals`` already derived."""
+        if (pddl_problem is None) == (goals is None):
+            raise ValueError("give Progress a pddl_problem or its goals, not both")
+        self.goals = list(goals) if goals is not None else subgoals(pddl_problem)
         self.reached = [False] * len(self.goals)
 
     def update(self, facts) -> int:
         """Mark the subgoals that hold in ``facts``; return how many have been reached in all."""
+        if not self.goals:
+            return 0
         state = State.of(facts)
         self.reached = [done or reached(goal, state) for goal, done in zip(self.goals, self.reached)]
         return sum(self.reached)
+
+
+def replay_progress(engine, game_file, actions: list[str | None]) -> tuple[int, int]:
+    """(subgoals reached, subgoals in all) when ``actions`` are replayed in ``engine`` (one made with
+    ``make_fast_engine(facts=True)``): how far a trajectory recorded before subgoals were counted got.
+    A reply without a tool call (None) does not step the game, as in a rollout."""
+    engine.load(str(game_file))
+    with open(game_file) as f:
+        progress = Progress(goals=game_subgoals(json.load(f).get("pddl_problem", "")))
+    state = engine.reset()
+    count = progress.update(state["facts"])
+    for action in actions:
+        if action is None:
+            continue
+        state, _, _ = engine.step(action)
+        count = progress.update(state["facts"])
+        if state["won"]:
+            break
+    return count, len(progress.goals)

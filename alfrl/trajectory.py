@@ -69,6 +69,10 @@ class Trajectory:
     """This branch's share of the group's env time."""
     entropy: float = 0.0
     """Entropy (nats) of the sampling distribution at each sampled token, summed (``/ sampled``: the mean)."""
+    subgoals: int = 0
+    """Subgoals of the game reached (alfrl.subgoals: taken, cleaned/heated/cooled, placed, lamp on)."""
+    subgoals_total: int = 0
+    """The game's subgoals in all (0 in files written before they were counted)."""
     reward: float | None = None
     """Set by alfrl.advantage."""
     advantage: float | None = None

@@ -12,7 +12,6 @@ the cpu preset trains on). Prints one table; ``--out FILE`` also writes it.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -20,24 +19,7 @@ from tqdm.auto import tqdm
 from alfrl.engine import make_fast_engine
 from alfrl.paths import games_dir
 from alfrl.rollout import load_trajectories
-from alfrl.subgoals import Progress
-
-
-def subgoals_reached(engine, game_file: Path, actions: list[str | None]) -> tuple[int, int]:
-    """(subgoals reached, subgoals in all) when ``actions`` are replayed; a reply without a tool call
-    (None) does not step the game, as in a rollout."""
-    engine.load(str(game_file))
-    progress = Progress(json.loads(game_file.read_text())["pddl_problem"])
-    state = engine.reset()
-    count = progress.update(state["facts"])
-    for action in actions:
-        if action is None:
-            continue
-        state, _, _ = engine.step(action)
-        count = progress.update(state["facts"])
-        if state["won"]:
-            break
-    return count, len(progress.goals)
+from alfrl.subgoals import replay_progress
 
 
 def groups_of(trajectories: list, k: int) -> list[list]:
@@ -68,7 +50,7 @@ def main() -> None:
         for group in tqdm(groups, desc=Path(path).name, unit="group"):
             reached = []
             for t in group:
-                count, total = subgoals_reached(engine, root / args.split / t.game_id / "game.tw-pddl",
+                count, total = replay_progress(engine, root / args.split / t.game_id / "game.tw-pddl",
                                                 [turn.action for turn in t.turns])
                 reached.append(count)
                 fractions[t.won].append(count / total)

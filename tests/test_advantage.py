@@ -99,3 +99,25 @@ def test_batch_stats_entropy_and_reply_length_by_hand():
     stats = batch_stats([[a, b]])
     assert math.isclose(stats["entropy"], 9.0 / 30)
     assert math.isclose(stats["reply_tokens"], 30 / 5)
+
+
+def test_subgoal_shaped_reward_by_hand():
+    """won + alpha x subgoals - 0.1 x invalid: a group with no win still ranks its branches by progress."""
+    from dataclasses import replace
+
+    from alfrl.advantage import progress_spread
+    lost = [replace(traj(False, 1), subgoals=n, subgoals_total=3) for n in (0, 2, 1, 0)]
+    assert [episode_reward(t) for t in lost] == pytest.approx([-0.1] * 4)  # the reference reward ignores them
+    assert [episode_reward(t, subgoal_reward=0.2) for t in lost] == pytest.approx([-0.1, 0.3, 0.1, -0.1])
+    config = AdvantageConfig(subgoal_reward=0.2)
+    assert assign_advantages([lost], AdvantageConfig()) == []  # no spread without the subgoals
+    assert assign_advantages([lost], config) == lost
+    assert [t.advantage for t in lost] == pytest.approx([-0.15, 0.25, 0.05, -0.15])  # mean 0.05
+    won = replace(traj(True, 0), subgoals=3, subgoals_total=3)
+    assert config.reward(won) == pytest.approx(1.6)
+    assert progress_spread(lost) and not progress_spread([lost[0], lost[3]])
+    assert progress_spread([lost[0], replace(lost[0], won=True)])
+    stats = batch_stats([lost, [lost[0], lost[3]]], config)
+    assert stats["progress_group_rate"] == 0.5
+    assert stats["subgoal_rate"] == pytest.approx((0 + 2 + 1 + 0 + 0 + 0) / 3 / 6)
+    assert batch_stats([[traj(False, 0)]])["subgoal_rate"] == 0.0  # files from before subgoals were counted

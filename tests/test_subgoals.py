@@ -10,7 +10,7 @@ import pytest
 from alfrl import TASK_TYPES
 from alfrl.engine import make_fast_engine
 from alfrl.games import load_games
-from alfrl.subgoals import Progress, State, Subgoal, reached, subgoals
+from alfrl.subgoals import Progress, State, Subgoal, game_subgoals, reached, subgoals
 
 CLEAN = """(define (problem plan) (:domain alfred) (:objects spoon_1 - object)
   (:init (objectType spoon_1 SpoonType))
@@ -99,3 +99,37 @@ def test_the_expert_reaches_every_subgoal_in_order_on_official_games(real_data_d
     for task in TASK_TYPES:
         for game in [g for g in games if g.task_type == task][:3]:
             expert_progress(game)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_group_env_counts_each_copys_subgoals(tiny_games, workers):
+    """In a GroupEnv, the copy that plays the walkthrough reaches every subgoal, in the steps the bare
+    engine does; a copy that only looks around reaches none; a bad action leaves the count as it was."""
+    from alfrl.env import GroupEnv
+
+    game = next(g for g in tiny_games.games("valid_seen") if g.task_type == "pick_clean_then_place_in_recep")
+    expected = expert_progress(game)
+    with GroupEnv(k=2, max_steps=30, workers=workers) as env:
+        env.reset(game)
+        assert env.subgoals == {0: 0, 1: 0} and env.subgoals_total == {0: 3, 1: 3}
+        counts = []
+        for command in game.walkthrough:
+            results = env.step({0: command, 1: "look"})
+            counts.append(results[0].subgoals)
+            assert results[1].subgoals == 0
+        assert counts == expected[1:] and results[0].won
+        assert env.step({1: "fly to the moon"})[1].subgoals == 0  # inadmissible: nothing moves
+    # a game whose goal is not an ALFWorld task's has no subgoals to count (the env still plays it)
+    assert game_subgoals("(define (problem plan) (:domain alfred))") == ()
+    assert Progress(goals=()).update([("holds", "agent1", "spoon 1")]) == 0
+
+
+def test_a_rollout_records_the_subgoals_reached(tiny_games):
+    """An expert trajectory played through the real rollout records every subgoal of its game."""
+    from alfrl.models import load_policy
+    from alfrl.sft import SFTConfig, expert_trajectories
+
+    games = [g for g in tiny_games.games("valid_seen") if g.task_type in ("pick_two_obj_and_place",
+                                                                      "look_at_obj_in_light")]
+    for t, game in zip(expert_trajectories(load_policy(), games, SFTConfig(), progress=False), games):
+        assert t.won and t.subgoals == t.subgoals_total == len(subgoals(json.loads(game.path.read_text())["pddl_problem"]))
