@@ -77,3 +77,19 @@ def given_flags(cls: type, ns: argparse.Namespace, prefix: str = "") -> dict:
         if value is not None:
             kwargs[f.name] = tuple(value) if isinstance(value, list) else value
     return kwargs
+
+
+def parse_overrides(items: list[str], config) -> dict:
+    """``["lr=0.0003", "minibatches=2"]`` as ``{"lr": 0.0003, "minibatches": 2}``, each value converted to
+    the type of that field's value in ``config`` (a dataclass instance); a clear error for an unknown key."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not hasattr(config, key):
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE with a field of {type(config).__name__}")
+        kind = type(getattr(config, key))
+        if kind is bool:
+            out[key] = value.lower() in ("1", "true", "yes")
+        else:
+            out[key] = kind(value) if kind is not type(None) else value
+    return out

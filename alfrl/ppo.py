@@ -216,11 +216,11 @@ def micro_batches(trajectories: list[Trajectory], max_tokens: int, shared: int =
 
 
 def padded_tensors(batch: list[Trajectory], length: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """old logprobs, mask and per-token advantages, right-padded to ``length``."""
+    """old logprobs, mask and per-token advantages (0 where none is set yet), right-padded to ``length``."""
     def padded(rows: list[list[float]]) -> torch.Tensor:  # one copy to the device per tensor
         return torch.tensor([list(r) + [0.0] * (length - len(r)) for r in rows], dtype=torch.float32, device=device)
     return (padded([t.logprobs for t in batch]), padded([t.mask for t in batch]),
-            padded([[float(t.advantage)] * len(t.tokens) for t in batch]))
+            padded([[float(t.advantage or 0.0)] * len(t.tokens) for t in batch]))
 
 
 def _autocast(model, enabled: bool):

@@ -1,5 +1,8 @@
 """The training loop: pick games -> group rollouts -> advantages -> PPO update -> log -> checkpoint.
 
+``--algo rft`` or ``--algo dpo`` (notebook 07) plays the same groups and changes only the update:
+fine-tuning on the winners, or DPO on each group's preference pairs (:func:`learn`).
+
 ``python -m alfrl train --preset cpu`` runs it headless; notebook 05 runs the same
 :func:`train` with live plots. Every field of :class:`TrainConfig` is a command-line flag
 and a papermill parameter; a preset sets many at once and explicit flags win over it.
@@ -22,13 +25,15 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from alfrl.advantage import assign_advantages, batch_stats, episode_reward, is_degenerate
+from alfrl.advantage import assign_advantages, batch_stats, is_degenerate, progress_spread
 from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, save_checkpoint,
                               truncate_jsonl)
+from alfrl.dpo import FrozenAdapter, dpo_update, preference_pairs
 from alfrl.games import check_games, load_games
 from alfrl.models import LoraSpec, load_policy, sampling_copy, save_adapter
 from alfrl.plots import plot_training
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
+from alfrl.rft import rft_step, winners
 from alfrl.rollout import rollout_batch
 from alfrl.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
 from alfrl.tracking import Trackers, parse_log
@@ -230,11 +235,65 @@ def play_update(policy, config: TrainConfig, games: list, step: int, cursor: int
 
 
 def teaches(group: list, config: TrainConfig) -> bool:
-    """Whether dynamic sampling keeps ``group``: its rewards differ ("spread"), or some branch won and
-    some lost ("win")."""
+    """Whether dynamic sampling keeps ``group``: whether the run's ``algo`` can learn from it. GRPO by
+    ``keep_groups``: its rewards differ ("spread"), some branch won and some lost ("win"), or the branches
+    differ in wins or subgoals reached ("progress"). RFT: some branch won. DPO: it makes a preference pair."""
+    if config.algo == "rft":
+        return any(t.won for t in group)
+    if config.algo == "dpo":
+        return bool(preference_pairs(group, [config.advantage().reward(t) for t in group], config.pair_margin))
     if config.keep_groups == "win":
         return any(t.won for t in group) and not all(t.won for t in group)
-    return not is_degenerate([episode_reward(t, config.invalid_penalty) for t in group])
+    if config.keep_groups == "progress":
+        return progress_spread(group)
+    return not is_degenerate([config.advantage().reward(t) for t in group])
+
+
+NO_STEP = {"loss": None, "clip_fraction": None, "approx_kl": None, "ratio_mean": None, "ratio_max": None,
+           "grad_norm": None, "kl_penalty": None, "tokens_trained": 0, "tokens_run": 0, "trajectories_trained": 0}
+"""An update's step metrics when it took no optimizer step (nothing in its groups to learn from)."""
+
+
+def learn(policy, optimizer, config: TrainConfig, ppo: PPOConfig, kept: list[list], step: int, run_dir: Path
+          ) -> tuple[dict, int]:
+    """The update's optimizer step(s) on the groups kept, by ``config.algo``; (metrics, optimizer steps).
+
+    grpo: PPO on group-relative advantages. rft: the NLL of the winning trajectories (:mod:`alfrl.rft`).
+    dpo: DPO on each group's preference pairs against the run's starting adapter (:mod:`alfrl.dpo`),
+    whose weights the first update saves in ``RUN_DIR/reference_adapter.pt`` (a resumed run reads them)."""
+    if config.algo == "rft":
+        chosen = winners(kept)
+        if not chosen:
+            return dict(NO_STEP), 0
+        return {**NO_STEP, **rft_step(policy, optimizer, chosen, ppo.micro_batch_tokens, ppo.bf16,
+                                       ppo.max_grad_norm)}, 1
+    if config.algo == "dpo":
+        pairs = [p for g in kept for p in preference_pairs(g, [config.advantage().reward(t) for t in g],
+                                                         config.pair_margin)]
+        reference = _reference(policy, run_dir, step)
+        if not pairs:
+            return {**NO_STEP, "pairs": 0}, 0
+        metrics = dpo_update(policy, optimizer, pairs, reference, ppo, config.dpo_beta)
+        return {**NO_STEP, **metrics, "loss": metrics["dpo_loss"]}, 1
+    trainable = assign_advantages(kept, config.advantage())
+    steps = ppo_update(policy, optimizer, trainable, ppo) if trainable else []
+    return (summarize_steps(steps, ppo.epochs) if steps else dict(NO_STEP)), len(steps)
+
+
+REFERENCE_FILE = "reference_adapter.pt"
+
+
+def _reference(policy, run_dir: Path, step: int) -> FrozenAdapter:
+    """The run's starting adapter: saved before the first update's step, read back on every later one."""
+    path = run_dir / REFERENCE_FILE
+    if path.is_file():
+        return FrozenAdapter(policy.model, torch.load(path, map_location=next(policy.model.parameters()).device))
+    if step > 1:
+        raise FileNotFoundError(f"{path} is missing: DPO needs the weights this run started from. Start the run "
+                                "again (or copy the file back from a backup)")
+    frozen = FrozenAdapter(policy.model)
+    torch.save(frozen.weights, path)
+    return frozen
 
 
 def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: list, step: int, cursor: int,
@@ -244,17 +303,13 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
     rollout_seconds = time.perf_counter() - begin
     stats = batch_stats(played, config.advantage())  # what the policy did: every group played
     assign_advantages(played, config.advantage())
-    trainable = assign_advantages(kept, config.advantage())
     tick = time.perf_counter()
-    steps = ppo_update(policy, optimizer, trainable, ppo) if trainable else []
+    step_metrics, optimizer_steps = learn(policy, optimizer, config, ppo, kept, step, run_dir)
     update_seconds = time.perf_counter() - tick
-    ppo_metrics = summarize_steps(steps, ppo.epochs) if steps else {
-        "loss": None, "clip_fraction": None, "approx_kl": None, "ratio_mean": None, "ratio_max": None,
-        "grad_norm": None, "kl_penalty": None, "tokens_trained": 0, "tokens_run": 0, "trajectories_trained": 0}
     append_jsonl(run_dir / "trajectories.jsonl",
                  [{"step": step, **asdict(t)} for g in played for t in g])
     return {"step": step, **stats, "groups_dropped": len(played) - len(kept) if config.dynamic_sampling else 0,
-            **ppo_metrics, "optimizer_steps": len(steps), "rollout_seconds": rollout_seconds,
+            **step_metrics, "optimizer_steps": optimizer_steps, "rollout_seconds": rollout_seconds,
             "update_seconds": update_seconds, "episodes_per_minute": 60 * stats["trajectories"] / max(
                 rollout_seconds + update_seconds, 1e-9), "peak_rss_gb": peak_rss_gb(),
             "games": [g[0].game_id for g in played]}

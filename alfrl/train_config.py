@@ -69,8 +69,18 @@ class TrainConfig:
     """Groups decoded together (k x this many rows per forward pass; see RolloutConfig)."""
     invalid_penalty: float = 0.1
     """Reward lost per invalid action."""
+    subgoal_reward: float = 0.0
+    """Reward per subgoal of the game reached (alpha in won + alpha x subgoals - 0.1 x invalid; alfrl.subgoals).
+    0: the reference reward."""
     normalize_std: bool = False
     """Divide advantages by the group's std."""
+    algo: str = "grpo"
+    """The update: "grpo" (PPO on group-relative advantages), "rft" (fine-tune on the winning trajectories)
+    or "dpo" (DPO on each group's preference pairs against the starting adapter); notebook 07."""
+    dpo_beta: float = 0.1
+    """With --algo dpo: beta, how far the policy may move from the reference per unit of preference."""
+    pair_margin: float = 0.5
+    """With --algo dpo: the least reward difference that makes a preference pair (0.5: a win against a loss)."""
     clip_low: float = 0.8
     """PPO ratio clip, lower bound."""
     clip_high: float = 1.2
@@ -109,8 +119,9 @@ class TrainConfig:
     max_groups_per_update: int = 8
     """With dynamic_sampling: the most groups played for one update (the cap on extra rollouts)."""
     keep_groups: str = "spread"
-    """With dynamic_sampling, which groups count: "spread" (rewards differ at all, DAPO's rule) or "win"
-    (some branch won and some lost: only the success signal, not invalid actions alone)."""
+    """With dynamic_sampling, which groups count: "spread" (rewards differ at all, DAPO's rule), "win"
+    (some branch won and some lost: only the success signal, not invalid actions alone) or "progress"
+    (branches differ in wins or subgoals reached: the signal of --subgoal-reward)."""
     micro_batch_tokens: int = 4096
     """Padded tokens per forward/backward pass (lower it if memory runs out)."""
     gradient_checkpointing: bool = True
@@ -164,7 +175,8 @@ class TrainConfig:
                          bf16=self.bf16, share_prefix=self.share_prefix)
 
     def advantage(self) -> AdvantageConfig:
-        return AdvantageConfig(invalid_penalty=self.invalid_penalty, normalize_std=self.normalize_std)
+        return AdvantageConfig(invalid_penalty=self.invalid_penalty, normalize_std=self.normalize_std,
+                               subgoal_reward=self.subgoal_reward)
 
 
 def cpu_preset(native_bf16: bool) -> dict:
@@ -205,7 +217,9 @@ TRAIN_RANGES: dict[str, Range] = {
         "max_new_tokens", "groups_per_batch", "epochs", "minibatches", "micro_batch_tokens", "checkpoint_every",
         "threads", "lora_rank", "lora_alpha", "max_expert_steps", "max_receptacles")},
     **{name: Range(at_least=0) for name in ("keep_checkpoints", "workers", "kl_coef", "draft_tokens",
-                                             "eval_every")},
+                                             "eval_every", "subgoal_reward")},
+    "dpo_beta": Range(above=0),
+    "pair_margin": Range(above=0, why=": a pair of equal rewards prefers nothing"),
     "eval_games": Range(at_least=1),
     "temperature": Range(above=0, why=": the update divides the logits by it; sample near-greedily with a small "
                                       "value such as 0.1 (python -m alfrl eval --temperature 0 evaluates greedily)"),
@@ -231,8 +245,13 @@ def check_config(config: TrainConfig) -> None:
         raise ValueError(f"--eval-split must be valid_seen, valid_unseen or all (got {config.eval_split!r}): "
                          "evaluation plays held-out games")
     check_log(config.log)
-    if config.keep_groups not in ("spread", "win"):
-        raise ValueError(f"--keep-groups must be 'spread' or 'win' (got {config.keep_groups!r})")
+    if config.algo not in ("grpo", "rft", "dpo"):
+        raise ValueError(f"--algo must be grpo, rft or dpo (got {config.algo!r})")
+    if config.keep_groups not in ("spread", "win", "progress"):
+        raise ValueError(f"--keep-groups must be 'spread', 'win' or 'progress' (got {config.keep_groups!r})")
+    if config.keep_groups == "progress" and not config.subgoal_reward:
+        raise ValueError("--keep-groups progress keeps groups for their subgoal spread, which only "
+                         "--subgoal-reward (e.g. 0.1) turns into advantages; set it, or keep groups by 'win'")
     if config.dynamic_sampling and config.max_groups_per_update < config.games_per_update:
         raise ValueError(f"--max-groups-per-update ({config.max_groups_per_update}) must be at least "
                          f"--games-per-update ({config.games_per_update}) with --dynamic-sampling")

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from alfrl.checkpoint import latest_checkpoint
+from alfrl.cli import parse_overrides
 from alfrl.eval_report import write_comparison
 from alfrl.evaluate import EvalConfig, evaluate
 from alfrl.models import WARM_START
@@ -59,11 +60,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the cpu preset, e.g. --set temperature=0.7 (runs are then named after it)")
     args = parser.parse_args()
-    overrides = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        kind = type(getattr(preset("cpu"), key))
-        overrides[key] = kind(value) if kind is not type(None) else value
+    overrides = parse_overrides(args.set, preset("cpu"))
     tag = "".join(f"_{k}{v}" for k, v in overrides.items())
     if args.updates is not None and args.updates != preset("cpu").updates:
         tag += f"_updates{args.updates}"

@@ -1,0 +1,79 @@
+"""Train RFT or DPO (or GRPO) on the episodes a training run already played, update by update.
+
+    python scripts/replay_training.py --algo rft --out runs/replay_rft \
+        data/results/cpu_12updates_seed0_trajectories.jsonl.xz
+
+Rollouts are most of a CPU run's cost, so comparing algorithms on the *same* episodes is the cheap
+comparison at equal cost: each update of the run (its groups, in the order it played them) becomes
+one update of ``--algo`` (:func:`alfrl.train.learn`, the code ``python -m alfrl train --algo`` runs),
+from the same starting adapter, with the cpu preset's settings (``--set key=value`` changes one). The
+episodes were sampled by the run's own policy, so for any algorithm but the run's they are off-policy:
+say so next to any figure made this way. Writes ``OUT/metrics.jsonl`` (one line per update) and
+``OUT/adapter`` (evaluate it with ``python -m alfrl eval --adapter OUT/adapter``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from alfrl.checkpoint import append_jsonl
+from alfrl.cli import parse_overrides
+from alfrl.models import save_adapter
+from alfrl.ppo import make_optimizer
+from alfrl.train import learn, load_for_training, preset, teaches
+from alfrl.trajectory import Trajectory
+
+
+def updates_of(path: str | Path, k: int) -> dict[int, list[list[Trajectory]]]:
+    """The run's groups by update: ``{step: [group, ...]}``, K consecutive branches of one game each."""
+    opener = lzma.open if str(path).endswith(".xz") else open
+    by_step: dict[int, list[Trajectory]] = {}
+    with opener(path, "rt") as f:
+        for line in f:
+            if line.strip():
+                by_step.setdefault(json.loads(line)["step"], []).append(Trajectory.from_json(line))
+    out = {}
+    for step, rows in sorted(by_step.items()):
+        groups = [rows[i:i + k] for i in range(0, len(rows), k)]
+        if any(len({t.game_id for t in g}) != 1 or len(g) != k for g in groups):
+            raise ValueError(f"update {step} of {path} is not groups of {k} branches of one game; pass --k")
+        out[step] = groups
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trajectories", help="a training run's trajectories.jsonl(.xz)")
+    parser.add_argument("--algo", choices=("grpo", "rft", "dpo"), required=True)
+    parser.add_argument("--out", required=True, help="folder for metrics.jsonl and adapter/")
+    parser.add_argument("--k", type=int, default=8, help="branches per group in the run")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="TrainConfig settings on top of the cpu preset (e.g. dpo_beta=0.2)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=False)
+    config = preset("cpu", algo=args.algo, run_dir=str(out), k=args.k, **parse_overrides(args.set, preset("cpu")))
+    (out / "config.json").write_text(json.dumps({**config.__dict__, "trajectories": args.trajectories}, indent=2))
+    updates = updates_of(args.trajectories, args.k)
+    policy = load_for_training(config)
+    ppo = config.ppo()
+    optimizer = make_optimizer(policy, ppo)
+    for step, groups in tqdm(updates.items(), desc=f"{args.algo} on {Path(args.trajectories).name}", unit="update"):
+        kept = [g for g in groups if teaches(g, config)]
+        tick = time.perf_counter()
+        metrics, steps = learn(policy, optimizer, config, ppo, kept, step, out)
+        append_jsonl(out / "metrics.jsonl", [{"step": step, "groups": len(groups), "groups_kept": len(kept),
+                                               **metrics, "optimizer_steps": steps,
+                                               "update_seconds": time.perf_counter() - tick}])
+    save_adapter(policy, out / "adapter")
+    print(f"adapter: {out / 'adapter'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""alfrl.dpo and alfrl.rft: preference pairs by hand, the DPO update's gradient against autograd of the
+DPO loss on the real model, RFT's step against the NLL by hand, and both algorithms in real training runs."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from alfrl.dpo import FrozenAdapter, Pair, dpo_loss, dpo_update, dpo_weights, preference_pairs
+from alfrl.ppo import PPOConfig, sequence_logprobs
+from alfrl.rft import rft_step, winners
+from alfrl.train import REFERENCE_FILE, TrainConfig, check_config, learn, train
+from alfrl.trajectory import Trajectory
+
+from test_advantage import traj
+from test_train import expert_vs_junk, tiny  # noqa: F401 (a fixture)
+
+
+def test_pairs_best_with_worst_while_the_margin_holds():
+    group = [replace(traj(False, 0), branch=b) for b in range(5)]
+    pairs = preference_pairs(group, [0.0, 1.0, -0.1, 0.9, 0.6], margin=0.5)
+    assert [(p.chosen.branch, p.rejected.branch) for p in pairs] == [(1, 2), (3, 0)]  # 0.6 - 0.6 has no room
+    assert preference_pairs(group[:4], [1.0, 0.8, 0.7, 0.6], margin=0.5) == []
+    assert len(preference_pairs(group[:4], [1.0, 0.8, 0.7, 0.6], margin=0.1)) == 2
+    with pytest.raises(ValueError, match="one game"):
+        preference_pairs([traj(True, 0), traj(False, 0, game="other")], [1.0, 0.0])
+
+
+def test_dpo_weights_are_the_gradient_of_the_dpo_loss():
+    chosen, rejected, other = traj(True, 0), traj(False, 1), traj(False, 2)
+    pairs = [Pair(chosen, rejected), Pair(other, rejected)]
+    policy = {id(chosen): -3.0, id(rejected): -5.0, id(other): -4.0}
+    reference = {id(chosen): -3.5, id(rejected): -4.0, id(other): -4.2}
+    loss, grads, accuracy = dpo_weights(pairs, policy, reference, beta=0.5)
+    s = torch.tensor([-3.0, -5.0, -4.0], requires_grad=True)  # chosen, rejected, other
+    ref = torch.tensor([-3.5, -4.0, -4.2])
+    want = dpo_loss(s[[0, 2]], s[[1, 1]], ref[[0, 2]], ref[[1, 1]], beta=0.5)
+    want.backward()
+    assert loss == pytest.approx(want.item())
+    assert [grads[id(t)] for t in (chosen, rejected, other)] == pytest.approx(s.grad.tolist())
+    # by hand: z1 = 0.5 * (0.5 - (-1)) = 0.75, z2 = 0.5 * (0.2 + 1) = 0.6; both ranked right
+    assert loss == pytest.approx((math.log1p(math.exp(-0.75)) + math.log1p(math.exp(-0.6))) / 2)
+    assert accuracy == 1.0
+    assert dpo_weights([Pair(chosen, rejected)], {id(chosen): 0.0, id(rejected): 0.0},
+                       {id(chosen): 0.0, id(rejected): 0.0}, 0.1)[0] == pytest.approx(math.log(2))
+
+
+def _token_trajectory(tokens: list[int], mask: list[int], branch: int) -> Trajectory:
+    t = traj(False, 0, mask=tuple(mask))
+    return replace(t, tokens=tokens, branch=branch)
+
+
+def _perturb(model, seed: int, scale: float = 0.02) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=generator) * scale)
+
+
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_dpo_update_takes_the_dpo_gradient_on_the_real_model(policy, share_prefix):
+    """dpo_update's step (PPO at ratio 1 with DPO's weights as advantages) has the gradient of the DPO loss
+    computed directly by autograd through the model, against a reference adapter swapped in and out."""
+    model = copy.deepcopy(policy.model)
+    _perturb(model, 1)
+    reference = FrozenAdapter(model)  # the perturbed weights: the run's start
+    _perturb(model, 2)  # the policy has moved since
+    trained = {n: p.detach().clone() for n, p in reference.trainable().items()}
+    prompt = list(range(100, 140))  # 40 tokens every branch shares (enough for the shared prefix)
+    rows = [([7, 8, 9, 10, 11], [1, 1, 1, 0, 1]), ([12, 13, 14], [1, 1, 1]), ([7, 8, 20, 21], [1, 1, 0, 1]),
+            ([30, 31, 32, 33, 34, 35], [1, 0, 1, 1, 1, 1])]
+    group = [_token_trajectory(prompt + r, [0] * len(prompt) + m, b) for b, (r, m) in enumerate(rows)]
+    pairs = preference_pairs(group, [1.0, -0.2, 0.9, 0.0])  # (0, 1) and (2, 3)
+    config = PPOConfig(temperature=0.7, share_prefix=share_prefix, max_grad_norm=0.0)
+
+    def summed(trajectories):
+        logp = sequence_logprobs(model, [t.tokens for t in trajectories], 0.7, masks=[t.mask for t in trajectories])
+        return logp.sum(1)  # 0 off the mask: the sum over each trajectory's sampled tokens
+
+    with torch.no_grad(), reference.active():  # (before the graph: the swap writes the weights in place)
+        ref = summed([p.chosen for p in pairs] + [p.rejected for p in pairs])
+    model.zero_grad()
+    s = summed([p.chosen for p in pairs] + [p.rejected for p in pairs])
+    assert {n: p for n, p in reference.trainable().items()}.keys() == trained.keys()
+    assert all(torch.equal(p, trained[n]) for n, p in reference.trainable().items())  # swapped back
+    want = dpo_loss(s[:2], s[2:], ref[:2], ref[2:], beta=0.3)
+    want.backward()
+    expected = {n: p.grad.clone() for n, p in reference.trainable().items()}
+    assert any(float(g.abs().sum()) > 0 for g in expected.values())
+
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    holder = replace(policy, model=model)
+    metrics = dpo_update(holder, optimizer, pairs, reference, config, beta=0.3)
+    assert metrics["dpo_loss"] == pytest.approx(want.item(), rel=1e-5)
+    assert metrics["pairs"] == 2 and metrics["trajectories_trained"] == 4
+    scale = max(float(g.abs().max()) for g in expected.values())
+    for name, p in reference.trainable().items():  # equal up to float32 summation order (other batching)
+        torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_rft_keeps_the_winners_and_takes_the_nll_step(policy):
+    group = [traj(True, 0), traj(False, 1), replace(traj(True, 1), branch=2)]
+    assert winners([group, [traj(False, 0)]]) == [group[0], group[2]]
+    model = copy.deepcopy(policy.model)
+    _perturb(model, 3)
+    chosen = [_token_trajectory(list(range(50, 60)), [0] * 6 + [1, 1, 0, 1], 0),
+              _token_trajectory(list(range(70, 76)), [0, 0, 1, 1, 1, 1], 1)]
+    logp = sequence_logprobs(model, [t.tokens for t in chosen], masks=[t.mask for t in chosen])
+    want = -logp.sum() / 7  # the token mean over the 7 sampled tokens (logp is 0 off the mask)
+    model.zero_grad()
+    want.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    holder = replace(policy, model=model)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    metrics = rft_step(holder, optimizer, chosen, max_grad_norm=0.0)
+    assert metrics["loss"] == pytest.approx(want.item(), rel=1e-5) and metrics["tokens_trained"] == 7
+    scale = max(float(g.abs().max()) for g in expected.values())
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, expected[name], rtol=1e-4, atol=1e-4 * scale)
+    with pytest.raises(ValueError, match="winning"):
+        rft_step(holder, optimizer, [])
+
+
+def test_algo_flags_are_checked():
+    with pytest.raises(ValueError, match="--algo must be grpo, rft or dpo"):
+        check_config(TrainConfig(algo="ppo"))
+    with pytest.raises(ValueError, match="--dpo-beta must be above 0"):
+        check_config(TrainConfig(algo="dpo", dpo_beta=0.0))
+    with pytest.raises(ValueError, match="--keep-groups progress .* --subgoal-reward"):
+        check_config(TrainConfig(keep_groups="progress"))
+
+
+def test_dpo_trains_and_resumes_from_its_reference(tmp_path, tiny_games, expert_vs_junk):
+    """A real run (the expert plays branch 0 of each group, junk the other: rewards 0 and -0.1 in two
+    steps, a pair with margin 0.05), interrupted after update 1: DPO starts at loss log 2 (policy =
+    reference) and saves the starting adapter; the resumed update 2 reads that reference back (not the
+    checkpoint it resumes from), so its loss is no longer log 2 and its reference is the run's start."""
+    from alfrl.train import load_for_training
+
+    config = tiny(tmp_path, tiny_games, algo="dpo", pair_margin=0.05)
+
+    def stop_after_first(history):
+        if len(history) == 1:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        train(config, progress=False, on_update=stop_after_first)
+    run = tmp_path / "run"
+    resumed = train(resume=run, progress=False)
+    assert [m["pairs"] for m in resumed] == [1, 1] and [m["optimizer_steps"] for m in resumed] == [1, 1]
+    first, second = resumed
+    assert first["dpo_loss"] == pytest.approx(math.log(2), abs=1e-6) and first["loss"] == first["dpo_loss"]
+    assert second["dpo_loss"] != pytest.approx(math.log(2), abs=1e-6)  # the policy moved from the reference
+    saved = torch.load(run / REFERENCE_FILE)
+    start = {n: p for n, p in load_for_training(config).model.named_parameters() if p.requires_grad}
+    assert saved.keys() == start.keys() and all(torch.equal(saved[n], start[n]) for n in saved)
+
+
+def test_learn_dispatches_on_the_algorithm(policy, tmp_path):
+    """train.learn: RFT steps on the winners only; DPO on the pairs; GRPO on the spread groups; a batch with
+    nothing to learn from takes no step."""
+    model = copy.deepcopy(policy.model)
+    holder = replace(policy, model=model)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    rows = [_token_trajectory(list(range(50, 60)), [0] * 6 + [1, 1, 0, 1], b) for b in range(3)]
+    group = [replace(rows[0], won=True), replace(rows[1], invalid=2), rows[2]]
+    for algo, trained in (("rft", 1), ("dpo", 2), ("grpo", 3)):
+        config = TrainConfig(algo=algo, k=3)
+        metrics, steps = learn(holder, optimizer, config, config.ppo(), [copy.deepcopy(group)], 1, tmp_path)
+        assert steps == 1 and metrics["trajectories_trained"] == trained, algo
+        metrics, steps = learn(holder, optimizer, config, config.ppo(), [[rows[2], rows[2]]], 1, tmp_path)
+        assert steps == 0 and metrics["loss"] is None, algo
+
+
+def test_notebook_07_by_hand_equals_the_package():
+    """Notebook 07's pairs and DPO loss, written out for the learner, are alfrl.dpo's."""
+    from test_notebooks import notebook_definitions
+
+    pairs_by_hand = notebook_definitions("07_beyond_grpo.ipynb", "pairs_by_hand")["pairs_by_hand"]
+    dpo_loss_by_hand = notebook_definitions("07_beyond_grpo.ipynb", "dpo_loss_by_hand")["dpo_loss_by_hand"]
+    group = [replace(traj(False, 0), branch=b) for b in range(6)]
+    for rewards in ([0.0, 1.0, -0.1, 0.9, 0.6, 1.0], [1.0, 0.8, 0.7, 0.6, 0.9, 0.2], [0.0] * 6):
+        for margin in (0.05, 0.5):
+            package = [(p.chosen.branch, p.rejected.branch) for p in preference_pairs(group, rewards, margin)]
+            assert pairs_by_hand(rewards, margin) == package, (rewards, margin)
+    for values in ((-3.0, -5.0, -3.5, -4.0), (-40.0, -10.0, -20.0, -30.0), (0.0, 0.0, 0.0, 0.0)):
+        want = dpo_loss(*(torch.tensor([v]) for v in values), beta=0.1).item()
+        assert dpo_loss_by_hand(*values, beta=0.1) == pytest.approx(want, rel=1e-6)
