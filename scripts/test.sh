@@ -13,7 +13,7 @@ say() { printf '[test] %s\n' "$*"; }
 bash scripts/setup_venv.sh
 say "running: python -m pytest $*"
 rc=0
-.venv/bin/python -m pytest "$@" || rc=$?
+.venv/bin/python -m pytest --durations=30 "$@" || rc=$?  # the 30 slowest, to keep CI's time in view
 if [[ $rc -eq 5 ]]; then
     say "FAILED: pytest collected no tests (exit code 5). Check the tests/ folder and the -k/-m selection." >&2
     exit 5

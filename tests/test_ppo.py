@@ -182,8 +182,9 @@ def test_nucleus_recompute_matches_the_sampler_at_any_temperature_and_top_p(poli
         real = rollout_group(policy, game, RolloutConfig(k=2, max_steps=2, max_new_tokens=12, seed=3,
                                                          temperature=temperature, top_p=top_p))
         with torch.no_grad():
-            nucleus = sequence_logprobs(policy.model, [t.tokens for t in real], temperature, top_p=top_p)
-            plain = sequence_logprobs(policy.model, [t.tokens for t in real], temperature)
+            masks = [t.mask for t in real]  # the head and the nucleus sort only where tokens were sampled
+            nucleus = sequence_logprobs(policy.model, [t.tokens for t in real], temperature, top_p=top_p, masks=masks)
+            plain = sequence_logprobs(policy.model, [t.tokens for t in real], temperature, masks=masks)
         gaps = [float(nucleus[i, j]) - t.logprobs[j] for i, t in enumerate(real) for j, m in enumerate(t.mask) if m]
         assert max(abs(g) for g in gaps) < 1e-4
         plain_ratio = [float(torch.exp(plain[i, j])) / float(torch.exp(nucleus[i, j]))
