@@ -10,7 +10,7 @@ from pathlib import Path
 from statistics import fmean
 
 from alfrl import TASK_TYPES
-from alfrl.eval_stats import outcomes, paired_outcomes, read_records, wilson_interval
+from alfrl.eval_stats import outcomes, paired_outcomes, read_records, summarize, wilson_interval
 
 SHORT_TASK_NAMES = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep":
                     "clean", "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool",
@@ -26,14 +26,30 @@ def _paired_cell(first: str | Path, folder: str | Path) -> str:
     return f"+{paired['gained']}/-{paired['lost']} (p={paired['p_value']:.2f})"
 
 
-def comparison_table(results: dict[str, str | Path]):
-    """A pandas table, one row per named result folder: success per split and all, invalid/episode;
+Result = str | Path | list[dict]
+"""An evaluation folder (its ``summary.json`` and ``records.jsonl``), or a list of records or outcomes
+(:func:`alfrl.eval_stats.outcomes`: a committed checkpoint's games, without evaluating it again)."""
+
+
+def result_summary(result: Result) -> dict:
+    """The summary of an evaluation folder, or of a list of records or outcomes."""
+    if isinstance(result, list):
+        return summarize(result)
+    return json.loads((Path(result) / "summary.json").read_text())
+
+
+def result_records(result: Result) -> list[dict]:
+    return result if isinstance(result, list) else read_records(result)
+
+
+def comparison_table(results: dict[str, Result]):
+    """A pandas table, one row per named result: success per split and all, invalid/episode;
     rows after the first also say which games changed against the first (``paired_outcomes``)."""
     import pandas as pd
     rows = []
     first = next(iter(results.values()), None)
     for i, (name, folder) in enumerate(results.items()):
-        s = json.loads((Path(folder) / "summary.json").read_text())
+        s = result_summary(folder)
         row = {"checkpoint": name}
         row.update({f"{split} %": 100 * v["success"] for split, v in s["splits"].items()})
         won, games = s["all"]["won"], s["all"]["games"]
@@ -41,7 +57,7 @@ def comparison_table(results: dict[str, str | Path]):
         row.update({"all %": 100 * s["all"]["success"], "solved": f"{won}/{games}",
                     "95% interval": f"{100 * low:.0f}-{100 * high:.0f}", "games": games,
                     "invalid / episode": s["all"]["invalid_per_episode"],
-                    "valid calls %": 100 * s["all"]["valid_call_rate"]})
+                    "valid calls %": None if s["all"]["valid_call_rate"] is None else 100 * s["all"]["valid_call_rate"]})
         if i > 0:
             row["vs first: gained/lost (p)"] = _paired_cell(first, folder)
         elif len(results) > 1:
@@ -53,6 +69,8 @@ def comparison_table(results: dict[str, str | Path]):
 def markdown_table(table) -> str:
     """A pandas table as a Markdown table (without the optional tabulate package)."""
     def cell(v) -> str:
+        if v is None or (isinstance(v, float) and v != v):  # not measured (outcomes keep no turns)
+            return "-"
         return f"{v:.3g}" if isinstance(v, float) else str(v)
     head = [table.index.name or ""] + list(table.columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -60,7 +78,7 @@ def markdown_table(table) -> str:
     return "\n".join(lines)
 
 
-def write_comparison(results: dict[str, str | Path], table: Path, figure: Path, summaries: Path,
+def write_comparison(results: dict[str, Result], table: Path, figure: Path, summaries: Path,
                      outcomes_file: Path, note: str = "") -> str:
     """A comparison as files to commit: the Markdown ``table`` (``note`` above it), the ``figure``, every
     evaluation's summary in one JSON file and every game's outcome per checkpoint in one JSONL file (a
@@ -69,16 +87,16 @@ def write_comparison(results: dict[str, str | Path], table: Path, figure: Path, 
     Path(table).write_text((note + "\n\n" if note else "") + markdown + "\n")
     comparison_figure(results, figure)
     Path(summaries).write_text(json.dumps(
-        {name: json.loads((Path(folder) / "summary.json").read_text()) for name, folder in results.items()}, indent=1))
+        {name: result_summary(folder) for name, folder in results.items()}, indent=1))
     Path(outcomes_file).write_text("".join(json.dumps(row) + "\n" for name, folder in results.items()
-                                           for row in outcomes(read_records(folder), name)))
+                                           for row in outcomes(result_records(folder), name)))
     return markdown
 
 
-def comparison_figure(results: dict[str, str | Path], path: str | Path | None = None):
+def comparison_figure(results: dict[str, Result], path: str | Path | None = None):
     """Three panels like the reference's: success by split, success per task type, invalid actions."""
     import matplotlib.pyplot as plt
-    summaries = {n: json.loads((Path(f) / "summary.json").read_text()) for n, f in results.items()}
+    summaries = {n: result_summary(f) for n, f in results.items()}
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8), constrained_layout=True)
     width = 0.8 / max(1, len(summaries))
     splits = sorted({s for v in summaries.values() for s in v["splits"]}) + ["all"]

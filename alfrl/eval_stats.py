@@ -24,18 +24,23 @@ def read_records(out: str | Path) -> list[dict]:
 
 def summarize(records: list[dict]) -> dict:
     """Success per split (and "all"), per task type within each split, invalid actions per episode,
-    mean steps, end reasons, valid tool-call rate and admissible rate."""
+    mean steps, end reasons, valid tool-call rate and admissible rate (None from outcomes, which keep
+    no turns: :func:`outcomes`)."""
     if not records:
         raise ValueError("no records to summarise")
 
     def stats(rows: list[dict]) -> dict:
+        if any("turns" not in r for r in rows):
+            return {**counts(rows), "valid_call_rate": None, "admissible_rate": None}
         turns = sum(r["turns"] for r in rows)
+        return {**counts(rows), "valid_call_rate": sum(r["valid_calls"] for r in rows) / turns if turns else 0.0,
+                "admissible_rate": sum(r["admissible"] for r in rows) / turns if turns else 0.0}
+
+    def counts(rows: list[dict]) -> dict:
         return {"games": len(rows), "won": sum(r["won"] for r in rows),
                 "success": fmean(r["won"] for r in rows),
                 "invalid_per_episode": fmean(r["invalid"] for r in rows),
                 "mean_steps": fmean(r["steps"] for r in rows),
-                "valid_call_rate": sum(r["valid_calls"] for r in rows) / turns if turns else 0.0,
-                "admissible_rate": sum(r["admissible"] for r in rows) / turns if turns else 0.0,
                 "end_reasons": {e: sum(r["end_reason"] == e for r in rows) for e in END_REASONS}}
 
     by_split = defaultdict(list)

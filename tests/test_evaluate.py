@@ -4,6 +4,8 @@ generated games and (when present) ALFWorld's official valid_seen games."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -12,6 +14,7 @@ from alfrl.eval_report import markdown_table, write_comparison
 from alfrl.eval_stats import outcomes
 from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
                             selected_records, summarize, wilson_interval)
+from alfrl.paths import REPO_ROOT
 
 
 def record(split: str, task: str, won: bool, invalid: int, steps: int, valid_calls: int, admissible: int,
@@ -150,6 +153,29 @@ def test_outcomes_file_pairs_like_the_folder(tmp_path):
     assert files[1].stat().st_size > 0 and set(json.loads(files[2].read_text())) == {"warm start", "after"}
     assert paired_outcomes([r for r in read_jsonl(files[3]) if r["checkpoint"] == "warm start"],
                            [r for r in read_jsonl(files[3]) if r["checkpoint"] == "after"]) == expected
+    # committed outcomes stand in for the folder: the same row, without the turns they do not keep
+    again = write_comparison({"warm start": kept, "after": tmp_path / "after"}, *files)
+    row = again.splitlines()[2].split(" | ")
+    assert row[3:7] == ["3/10", "11-60", "10", "0"] and row[7] == "-"  # solved, interval, games, invalid; calls
+    assert again.splitlines()[3] == table.splitlines()[3]  # the "after" row, paired the same way
+
+
+def test_compare_evals_takes_committed_outcomes(tmp_path):
+    """scripts/compare_evals.py: "NAME=FILE@CHECKPOINT" is that checkpoint's outcomes on the folders' games."""
+    write_results(tmp_path / "before", [i < 3 for i in range(10)])
+    write_results(tmp_path / "after", [1 <= i < 8 for i in range(6)])  # 6 of the 10 games
+    rows = outcomes(read_records(tmp_path / "before"), "warm start") + outcomes(read_records(tmp_path / "after"), "x")
+    (tmp_path / "o.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = subprocess.run([sys.executable, "scripts/compare_evals.py", f"warm start={tmp_path / 'o.jsonl'}@warm start",
+                           f"after={tmp_path / 'after'}", "--out", str(tmp_path / "cmp")], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    table = (tmp_path / "cmp.md").read_text()
+    assert "| warm start |" in table and "3/6" in table and "+3/-1 (p=0.62)" in table
+    bad = subprocess.run([sys.executable, "scripts/compare_evals.py", f"w={tmp_path / 'o.jsonl'}@nobody",
+                          f"after={tmp_path / 'after'}", "--out", str(tmp_path / "x")], cwd=REPO_ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "no outcomes of checkpoint 'nobody'" in bad.stderr
 
 
 def test_wilson_interval():
