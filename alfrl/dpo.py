@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from alfrl.ppo import PPOConfig, ppo_step, recompute_old_logprobs
+from alfrl.ppo import RATIO_KEYS, PPOConfig, ppo_step, recompute_old_logprobs
 from alfrl.trajectory import Trajectory
 
 
@@ -79,11 +79,19 @@ def dpo_weights(pairs: list[Pair], policy: dict[int, float], reference: dict[int
         w, l = id(p.chosen), id(p.rejected)
         z = beta * ((policy[w] - reference[w]) - (policy[l] - reference[l]))
         loss += -min(z, 0.0) + math.log1p(math.exp(-abs(z)))  # -log sigmoid(z), stable
-        weight = beta / (1.0 + math.exp(z)) / len(pairs)  # beta * sigmoid(-z), over the pair count
+        weight = beta * _sigmoid(-z) / len(pairs)  # over the pair count
         grads[w] = grads.get(w, 0.0) - weight
         grads[l] = grads.get(l, 0.0) + weight
         right += z > 0
     return loss / len(pairs), grads, right / len(pairs)
+
+
+def _sigmoid(x: float) -> float:
+    """1 / (1 + exp(-x)) without overflow for large |x|."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
 class FrozenAdapter:
@@ -94,7 +102,7 @@ class FrozenAdapter:
         self.model = model
         params = self.trainable()
         self.weights = weights if weights is not None else {n: p.detach().clone() for n, p in params.items()}
-        if set(self.weights) != set(params):
+        if {n: tuple(w.shape) for n, w in self.weights.items()} != {n: tuple(p.shape) for n, p in params.items()}:
             raise ValueError("the saved reference adapter's weights do not match this model's LoRA adapter: "
                              "was the run resumed with another --model or --lora-rank?")
 
@@ -119,7 +127,8 @@ class FrozenAdapter:
 
 def dpo_update(policy, optimizer, pairs: list[Pair], reference: FrozenAdapter, config: PPOConfig,
                beta: float = 0.1) -> dict[str, float]:
-    """One DPO step on ``pairs``; returns its metrics (``dpo_loss`` before the step, ``dpo_accuracy``:
+    """One DPO step on ``pairs`` (one per update: ``epochs``, ``minibatches`` and ``kl_coef`` are PPO's, unused
+    here; the reference already holds the policy near its start); returns its metrics (``dpo_loss`` before the step, ``dpo_accuracy``:
     pairs the policy already ranked right, the PPO step's metrics, and the seconds each part took)."""
     if not pairs:
         raise ValueError("no preference pairs to train on: every group's rewards were within the margin")
@@ -137,5 +146,6 @@ def dpo_update(policy, optimizer, pairs: list[Pair], reference: FrozenAdapter, c
     tokens = sum(sum(t.mask) for t in trajectories)
     weighted = [replace(t, advantage=-tokens * grads[id(t)]) for t in trajectories]
     step = ppo_step(policy, optimizer, weighted, replace(config, kl_coef=0.0), own_old=True)
+    step.update({key: None for key in RATIO_KEYS})  # one step at ratio 1: nothing moved yet to measure
     return {**step, "dpo_loss": loss, "dpo_accuracy": accuracy, "pairs": len(pairs),
             "recompute_seconds": recompute_seconds}

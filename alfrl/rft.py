@@ -26,14 +26,18 @@ def winners(groups: list[list[Trajectory]]) -> list[Trajectory]:
 
 
 def rft_step(policy, optimizer, trajectories: list[Trajectory], micro_batch_tokens: int = 4096,
-             bf16: bool = False, max_grad_norm: float = 1.0) -> dict[str, float]:
-    """One optimizer step of the token-mean NLL on ``trajectories``' sampled tokens; returns its metrics."""
+             bf16: bool = False, max_grad_norm: float = 1.0, gradient_checkpointing: bool = False) -> dict[str, float]:
+    """One optimizer step of the token-mean NLL on ``trajectories``' sampled tokens (recomputing activations in
+    the backward pass with ``gradient_checkpointing``, as the update does for long trajectories); returns its
+    metrics."""
     if not trajectories:
         raise ValueError("no winning trajectories to fine-tune on (RFT learns only from wins)")
     model = policy.model
     params = [p for p in model.parameters() if p.requires_grad]
     was_training = model.training
     model.train()
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     tick = time.perf_counter()
     try:
         optimizer.zero_grad(set_to_none=True)
@@ -42,5 +46,7 @@ def rft_step(policy, optimizer, trajectories: list[Trajectory], micro_batch_toke
         optimizer.step()
     finally:
         model.train(was_training)
+        if gradient_checkpointing:
+            model.gradient_checkpointing_disable()
     return {"loss": loss, "grad_norm": float(grad_norm), "tokens_trained": tokens,
             "trajectories_trained": len(trajectories), "update_step_seconds": time.perf_counter() - tick}

@@ -186,7 +186,7 @@ class Progress:
     def __init__(self, pddl_problem: str | None = None, goals: list[Subgoal] | tuple[Subgoal, ...] | None = None):
         """The subgoals of ``pddl_problem``, or ``goals`` already derived."""
         if (pddl_problem is None) == (goals is None):
-            raise ValueError("give Progress a pddl_problem or its goals, not both")
+            raise ValueError("give Progress one of: a pddl_problem, or its goals")
         self.goals = list(goals) if goals is not None else subgoals(pddl_problem)
         self.reached = [False] * len(self.goals)
 

@@ -1,7 +1,8 @@
 """The training loop: pick games -> group rollouts -> advantages -> PPO update -> log -> checkpoint.
 
-``--algo rft`` or ``--algo dpo`` (notebook 07) plays the same groups and changes only the update:
-fine-tuning on the winners, or DPO on each group's preference pairs (:func:`learn`).
+``--algo rft`` or ``--algo dpo`` (notebook 07) plays groups the same way and changes the update:
+fine-tuning on the winners, or DPO on each group's preference pairs (:func:`learn`); with dynamic
+sampling each keeps the groups it can learn from (:func:`teaches`), so later games can differ.
 
 ``python -m alfrl train --preset cpu`` runs it headless; notebook 05 runs the same
 :func:`train` with live plots. Every field of :class:`TrainConfig` is a command-line flag
@@ -17,6 +18,7 @@ metrics as a run that never stopped.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, replace
@@ -212,8 +214,8 @@ def _plot(history: list[dict], run_dir: Path) -> None:
 def play_update(policy, config: TrainConfig, games: list, step: int, cursor: int, progress: bool = True
                 ) -> tuple[list[list], list[list]]:
     """The groups of update ``step``: ``games_per_update`` games from ``cursor`` on. With
-    ``dynamic_sampling``, groups that do not teach (:func:`teaches`: no reward spread, or with
-    ``keep_groups="win"`` no win and loss) are set aside and more games are played, ``groups_per_batch``
+    ``dynamic_sampling``, groups that do not teach (:func:`teaches`: by ``keep_groups`` for GRPO, a win for
+    RFT, a preference pair for DPO) are set aside and more games are played, ``groups_per_batch``
     at a time, until ``games_per_update`` groups teach or ``max_groups_per_update`` groups were played. Returns (groups to train on, every group played);
     the next update's games start at ``cursor + len(every group played)``."""
     rollout = config.rollout(step)
@@ -266,7 +268,7 @@ def learn(policy, optimizer, config: TrainConfig, ppo: PPOConfig, kept: list[lis
         if not chosen:
             return dict(NO_STEP), 0
         return {**NO_STEP, **rft_step(policy, optimizer, chosen, ppo.micro_batch_tokens, ppo.bf16,
-                                       ppo.max_grad_norm)}, 1
+                                       ppo.max_grad_norm, ppo.gradient_checkpointing)}, 1
     if config.algo == "dpo":
         pairs = [p for g in kept for p in preference_pairs(g, [config.advantage().reward(t) for t in g],
                                                          config.pair_margin)]
@@ -292,7 +294,9 @@ def _reference(policy, run_dir: Path, step: int) -> FrozenAdapter:
         raise FileNotFoundError(f"{path} is missing: DPO needs the weights this run started from. Start the run "
                                 "again (or copy the file back from a backup)")
     frozen = FrozenAdapter(policy.model)
-    torch.save(frozen.weights, path)
+    partial = path.with_suffix(".partial")
+    torch.save(frozen.weights, partial)
+    os.replace(partial, path)  # whole or absent: a kill mid-save leaves no torn reference to resume from
     return frozen
 
 

@@ -80,7 +80,8 @@ class TrainConfig:
     dpo_beta: float = 0.1
     """With --algo dpo: beta, how far the policy may move from the reference per unit of preference."""
     pair_margin: float = 0.5
-    """With --algo dpo: the least reward difference that makes a preference pair (0.5: a win against a loss)."""
+    """With --algo dpo: the least reward difference that makes a preference pair (0.5: a win against a loss with at
+    most five more invalid actions, or two episodes five or more invalid actions apart)."""
     clip_low: float = 0.8
     """PPO ratio clip, lower bound."""
     clip_high: float = 1.2
@@ -121,7 +122,8 @@ class TrainConfig:
     keep_groups: str = "spread"
     """With dynamic_sampling, which groups count: "spread" (rewards differ at all, DAPO's rule), "win"
     (some branch won and some lost: only the success signal, not invalid actions alone) or "progress"
-    (branches differ in wins or subgoals reached: the signal of --subgoal-reward)."""
+    (branches differ in wins or subgoals reached: the signal of --subgoal-reward). GRPO only: --algo rft keeps groups
+    with a win, --algo dpo groups that make a preference pair."""
     micro_batch_tokens: int = 4096
     """Padded tokens per forward/backward pass (lower it if memory runs out)."""
     gradient_checkpointing: bool = True
@@ -247,6 +249,12 @@ def check_config(config: TrainConfig) -> None:
     check_log(config.log)
     if config.algo not in ("grpo", "rft", "dpo"):
         raise ValueError(f"--algo must be grpo, rft or dpo (got {config.algo!r})")
+    if config.algo == "rft" and config.subgoal_reward:
+        raise ValueError("--algo rft trains on the winners alone, whatever their reward: --subgoal-reward would "
+                         "change nothing; drop it, or use --algo grpo or dpo")
+    if config.algo == "dpo" and (config.epochs > 1 or config.minibatches > 1 or config.kl_coef):
+        raise ValueError("--algo dpo takes one step an update against its reference adapter: --epochs, "
+                         "--minibatches and --kl-coef are PPO's; leave them at 1, 1 and 0")
     if config.keep_groups not in ("spread", "win", "progress"):
         raise ValueError(f"--keep-groups must be 'spread', 'win' or 'progress' (got {config.keep_groups!r})")
     if config.keep_groups == "progress" and not config.subgoal_reward:

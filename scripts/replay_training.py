@@ -26,7 +26,7 @@ from alfrl.checkpoint import append_jsonl
 from alfrl.cli import parse_overrides
 from alfrl.models import save_adapter
 from alfrl.ppo import make_optimizer
-from alfrl.train import learn, load_for_training, preset, teaches
+from alfrl.train import check_config, learn, load_for_training, preset, teaches
 from alfrl.trajectory import Trajectory
 
 
@@ -57,17 +57,20 @@ def main() -> None:
                         help="TrainConfig settings on top of the cpu preset (e.g. dpo_beta=0.2)")
     args = parser.parse_args()
     out = Path(args.out)
+    config = preset("cpu", **{**parse_overrides(args.set, preset("cpu")), "algo": args.algo, "run_dir": str(out),
+                               "k": args.k})
+    check_config(config)
     out.mkdir(parents=True, exist_ok=False)
-    config = preset("cpu", algo=args.algo, run_dir=str(out), k=args.k, **parse_overrides(args.set, preset("cpu")))
     (out / "config.json").write_text(json.dumps({**config.__dict__, "trajectories": args.trajectories}, indent=2))
     updates = updates_of(args.trajectories, args.k)
     policy = load_for_training(config)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)
-    for step, groups in tqdm(updates.items(), desc=f"{args.algo} on {Path(args.trajectories).name}", unit="update"):
+    bar = tqdm(updates.items(), desc=f"{args.algo} on {Path(args.trajectories).name}", unit="update")
+    for update, (step, groups) in enumerate(bar, start=1):  # update 1 saves DPO's reference, whatever the file's step
         kept = [g for g in groups if teaches(g, config)]
         tick = time.perf_counter()
-        metrics, steps = learn(policy, optimizer, config, ppo, kept, step, out)
+        metrics, steps = learn(policy, optimizer, config, ppo, kept, update, out)
         append_jsonl(out / "metrics.jsonl", [{"step": step, "groups": len(groups), "groups_kept": len(kept),
                                                **metrics, "optimizer_steps": steps,
                                                "update_seconds": time.perf_counter() - tick}])

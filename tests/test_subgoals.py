@@ -117,8 +117,9 @@ def test_group_env_counts_each_copys_subgoals(tiny_games, workers):
             results = env.step({0: command, 1: "look"})
             counts.append(results[0].subgoals)
             assert results[1].subgoals == 0
+            if counts[-1] == 1 and counts.count(1) == 1:  # the object just taken: a bad action keeps the count
+                assert env.step({0: "fly to the moon"})[0].subgoals == 1
         assert counts == expected[1:] and results[0].won
-        assert env.step({1: "fly to the moon"})[1].subgoals == 0  # inadmissible: nothing moves
     # a game whose goal is not an ALFWorld task's has no subgoals to count (the env still plays it)
     assert game_subgoals("(define (problem plan) (:domain alfred))") == ()
     assert Progress(goals=()).update([("holds", "agent1", "spoon 1")]) == 0
