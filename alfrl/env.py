@@ -40,7 +40,7 @@ from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Mapping
 
-from alfrl.subgoals import Progress, game_subgoals
+from alfrl.subgoals import Progress, game_progress
 
 WORKER_DIED_FIX = ("the games of its copies are lost. Close this GroupEnv (env.close()), make a new one and "
                    "reset it. If workers keep dying, run with workers=0 to see the error in this process; "
@@ -89,7 +89,6 @@ class _Copies:
     def reset(self, path: str | dict[int, str]) -> dict[int, tuple[str, list[str], int, int]]:
         """Load one game into every copy, or ``{copy: game}`` into the copies named; each answers
         (observation, admissible commands, subgoals reached, subgoals in all)."""
-        from alfrl.engine import compiled
         paths = path if isinstance(path, dict) else {i: path for i in self.engines}
         out = {}
         for i, engine in self.engines.items():
@@ -97,7 +96,7 @@ class _Copies:
                 continue
             engine.load(paths[i])
             state = engine.reset()
-            self.progress[i] = Progress(goals=game_subgoals(compiled(paths[i]).data.get("pddl_problem", "")))
+            self.progress[i] = game_progress(paths[i])
             out[i] = (state["feedback"], list(state["admissible_commands"]), self.progress[i].update(state["facts"]),
                       len(self.progress[i].goals))
         return out

@@ -28,7 +28,6 @@ Taught in notebook 07 (subgoals read from the engine, and the subgoal-shaped rew
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -199,13 +198,19 @@ class Progress:
         return sum(self.reached)
 
 
+def game_progress(game_file) -> Progress:
+    """A fresh :class:`Progress` for the game in ``game_file`` (its PDDL goal read from the engine's cache of
+    compiled games, so loading the game into an engine and here reads the file once)."""
+    from alfrl.engine import compiled
+    return Progress(goals=game_subgoals(compiled(str(game_file)).data.get("pddl_problem", "")))
+
+
 def replay_progress(engine, game_file, actions: list[str | None]) -> tuple[int, int]:
     """(subgoals reached, subgoals in all) when ``actions`` are replayed in ``engine`` (one made with
     ``make_fast_engine(facts=True)``): how far a trajectory recorded before subgoals were counted got.
     A reply without a tool call (None) does not step the game, as in a rollout."""
     engine.load(str(game_file))
-    with open(game_file) as f:
-        progress = Progress(goals=game_subgoals(json.load(f).get("pddl_problem", "")))
+    progress = game_progress(game_file)
     state = engine.reset()
     count = progress.update(state["facts"])
     for action in actions:

@@ -243,12 +243,19 @@ def teaches(group: list, config: TrainConfig) -> bool:
     if config.algo == "rft":
         return any(t.won for t in group)
     if config.algo == "dpo":
-        return bool(preference_pairs(group, [config.advantage().reward(t) for t in group], config.pair_margin))
+        return bool(group_pairs(group, config))
     if config.keep_groups == "win":
         return any(t.won for t in group) and not all(t.won for t in group)
     if config.keep_groups == "progress":
         return progress_spread(group)
-    return not is_degenerate([config.advantage().reward(t) for t in group])
+    rewards = config.advantage()
+    return not is_degenerate([rewards.reward(t) for t in group])
+
+
+def group_pairs(group: list, config: TrainConfig) -> list:
+    """The preference pairs of one group under the run's reward and ``pair_margin`` (:mod:`alfrl.dpo`)."""
+    rewards = config.advantage()
+    return preference_pairs(group, [rewards.reward(t) for t in group], config.pair_margin)
 
 
 NO_STEP = {"loss": None, "clip_fraction": None, "approx_kl": None, "ratio_mean": None, "ratio_max": None,
@@ -270,8 +277,7 @@ def learn(policy, optimizer, config: TrainConfig, ppo: PPOConfig, kept: list[lis
         return {**NO_STEP, **rft_step(policy, optimizer, chosen, ppo.micro_batch_tokens, ppo.bf16,
                                        ppo.max_grad_norm, ppo.gradient_checkpointing)}, 1
     if config.algo == "dpo":
-        pairs = [p for g in kept for p in preference_pairs(g, [config.advantage().reward(t) for t in g],
-                                                         config.pair_margin)]
+        pairs = [p for g in kept for p in group_pairs(g, config)]
         reference = _reference(policy, run_dir, step)
         if not pairs:
             return {**NO_STEP, "pairs": 0}, 0

@@ -108,3 +108,13 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
     path = Path(path)
     with (lzma.open(path, "rt") if path.suffix == ".xz" else path.open()) as f:
         return [Trajectory.from_json(line) for line in f if line.strip()]
+
+
+def groups_of(trajectories: list[Trajectory], k: int) -> list[list[Trajectory]]:
+    """Consecutive runs of ``k`` branches of one game, branches 0..k-1 in order: the groups as a training
+    run saves them; a clear error if the trajectories are not laid out that way."""
+    groups = [trajectories[i:i + k] for i in range(0, len(trajectories), k)]
+    for group in groups:
+        if len(group) != k or len({t.game_id for t in group}) != 1 or [t.branch for t in group] != list(range(k)):
+            raise ValueError(f"expected groups of {k} branches of one game in order; got {[t.game_id for t in group]}")
+    return groups

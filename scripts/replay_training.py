@@ -27,7 +27,7 @@ from alfrl.cli import parse_overrides
 from alfrl.models import save_adapter
 from alfrl.ppo import make_optimizer
 from alfrl.train import check_config, learn, load_for_training, preset, teaches
-from alfrl.trajectory import Trajectory
+from alfrl.trajectory import Trajectory, groups_of
 
 
 def updates_of(path: str | Path, k: int) -> dict[int, list[list[Trajectory]]]:
@@ -38,13 +38,7 @@ def updates_of(path: str | Path, k: int) -> dict[int, list[list[Trajectory]]]:
         for line in f:
             if line.strip():
                 by_step.setdefault(json.loads(line)["step"], []).append(Trajectory.from_json(line))
-    out = {}
-    for step, rows in sorted(by_step.items()):
-        groups = [rows[i:i + k] for i in range(0, len(rows), k)]
-        if any(len({t.game_id for t in g}) != 1 or len(g) != k for g in groups):
-            raise ValueError(f"update {step} of {path} is not groups of {k} branches of one game; pass --k")
-        out[step] = groups
-    return out
+    return {step: groups_of(rows, k) for step, rows in sorted(by_step.items())}
 
 
 def main() -> None:

@@ -20,15 +20,7 @@ from alfrl.engine import make_fast_engine
 from alfrl.paths import games_dir
 from alfrl.rollout import load_trajectories
 from alfrl.subgoals import replay_progress
-
-
-def groups_of(trajectories: list, k: int) -> list[list]:
-    """Consecutive runs of ``k`` branches of one game (the order a run saves them in)."""
-    groups = [trajectories[i:i + k] for i in range(0, len(trajectories), k)]
-    for group in groups:
-        if len(group) != k or len({t.game_id for t in group}) != 1 or [t.branch for t in group] != list(range(k)):
-            raise ValueError(f"expected groups of {k} branches of one game in order; got {[t.game_id for t in group]}")
-    return groups
+from alfrl.trajectory import groups_of
 
 
 def main() -> None:
