@@ -37,7 +37,7 @@ EVAL_SPLITS = ("valid_seen", "valid_unseen")
 EVAL_RANGES = {**{name: Range(at_least=1) for name in ("max_steps", "max_trajectory_tokens", "max_new_tokens",
                                                      "batch", "limit", "max_expert_steps", "max_receptacles",
                                                      "threads")},
-               "temperature": Range(at_least=0), "draft_tokens": Range(at_least=0)}
+               "temperature": Range(at_least=0), "draft_tokens": Range(at_least=0), "plan_every": Range(at_least=0)}
 """The range of every numeric evaluation setting (:mod:`alfrl.checks`)."""
 
 
@@ -83,6 +83,9 @@ class EvalConfig:
     draft_tokens: int = 8
     """Speculative decoding by prompt lookup (alfrl.sampler): the same replies' distribution in fewer
     forward passes; 0 = off."""
+    plan_every: int = 0
+    """Hierarchical play, as the checkpoint was trained: planner turns first, every this many steps and after a
+    subgoal is reached (0: off)."""
     batch: int = 8
     """Games played at once, decoded in one batch: on a CPU, 8 rows cost about twice one row per
     token, so 8 games take about a quarter of the time. Results do not depend on it (up to float
@@ -210,7 +213,8 @@ def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], o
     fmt = ChatFormat(policy.tokenizer)
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
                             max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                            seed=config.seed, workers=0, draft_tokens=config.draft_tokens)
+                            seed=config.seed, workers=0, draft_tokens=config.draft_tokens,
+                            plan_every=config.plan_every)
     bar = tqdm(total=len(todo), desc=f"eval {config.split}", unit="game", disable=not progress)
     won = played = turn = 0
 

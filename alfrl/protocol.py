@@ -10,12 +10,16 @@ Each turn the model writes a reply that must end with exactly one tool call::
 The game's answer comes back as a tool result: a status line, the observation, and
 "Available actions (copy one exactly)".
 
+Hierarchical play (``--plan-every N``) uses the same protocol: on a planner turn the message
+ends with :data:`PLAN_REQUEST`, and the reply begins with one line ``Subgoal: ...`` before its
+tool call (:func:`parse_plan`, :func:`plan_token_count`); the line is sampled, so it is trained.
+
 Prompts grow by prefix extension, never by re-tokenising history:
 ``prompt_{t+1} = prompt_t + completion_t + closing tokens + tool-result tokens``, where
 the closing tokens (what the chat template puts after an assistant message) and the
 tool-result tokens are derived from the model's own chat template.
 
-Taught in notebook 02 (the tool protocol); used by every later notebook.
+Taught in notebook 02 (the tool protocol); used by every later notebook; notebook 07 adds planner turns.
 """
 
 from __future__ import annotations
@@ -59,23 +63,41 @@ NOT_ADMISSIBLE = "Action not admissible: {action!r} is not in the list of availa
 BAD_FORMAT = "Invalid tool-call format: {reason}"
 
 
+PLAN_PREFIX = "Subgoal:"
+PLAN_REQUEST = (f'Plan first: begin your reply with one short line "{PLAN_PREFIX} ..." naming your next subgoal '
+                "toward the task, then end the reply with the tool call.")
+"""What a planner turn's message ends with (hierarchical play, ``RolloutConfig.plan_every``)."""
+
+
+def is_planner_turn(steps_done: int, subgoal_just_reached: bool, plan_every: int) -> bool:
+    """Whether the next turn plans: the first, every ``plan_every``-th, and the one right after a subgoal is
+    reached (never with ``plan_every`` 0)."""
+    return plan_every > 0 and (steps_done % plan_every == 0 or subgoal_just_reached)
+
+
 def actions_block(admissible: list[str]) -> str:
     return "Available actions (copy one exactly):\n" + "\n".join(f"- {a}" for a in admissible)
 
 
-def first_user_message(task: str, observation: str, admissible: list[str]) -> str:
-    """The opening user message: the task, the first observation, the available actions.
+def _with_request(message: str, request: str) -> str:
+    return f"{message}\n\n{request}" if request else message
+
+
+def first_user_message(task: str, observation: str, admissible: list[str], request: str = "") -> str:
+    """The opening user message: the task, the first observation, the available actions (and a
+    ``request`` such as :data:`PLAN_REQUEST` after them).
 
     ALFWorld's first observation ends with "Your task is to: ..."; that sentence is moved to
     the top rather than said twice.
     """
     observation = re.sub(r"\s*Your task is to: [^\n]*$", "", observation.strip())
-    return f"Your task is to: {task}\n\nObservation: {observation}\n\n{actions_block(admissible)}"
+    return _with_request(f"Your task is to: {task}\n\nObservation: {observation}\n\n{actions_block(admissible)}",
+                         request)
 
 
-def tool_result_message(status: str, observation: str, admissible: list[str]) -> str:
-    """A tool result: status line, observation, available actions."""
-    return f"{status}\nObservation: {observation.strip()}\n\n{actions_block(admissible)}"
+def tool_result_message(status: str, observation: str, admissible: list[str], request: str = "") -> str:
+    """A tool result: status line, observation, available actions (and a ``request`` after them)."""
+    return _with_request(f"{status}\nObservation: {observation.strip()}\n\n{actions_block(admissible)}", request)
 
 
 @dataclass(frozen=True)
@@ -211,6 +233,31 @@ def parse_reply(text: str) -> ParsedReply:
     return ParsedReply(action=action)
 
 
+def parse_plan(text: str) -> str | None:
+    """The subgoal a planner turn's reply names: what follows ``Subgoal:`` on its line, before the
+    tool call; None when no such line (or an empty one) comes first."""
+    head = text.split(_CALL_OPEN, 1)[0]
+    line = head.strip().split("\n", 1)[0].strip()
+    if not line.startswith(PLAN_PREFIX):
+        return None
+    return line[len(PLAN_PREFIX):].strip() or None
+
+
+def plan_token_count(tokenizer, tokens: list[int], text: str) -> int:
+    """How many of a reply's first ``tokens`` (whose decoded text is ``text``) write its subgoal line,
+    through the line's end (newline, or the tool call right after it); 0 when it has none."""
+    if parse_plan(text) is None:
+        return 0
+    start = text.index(PLAN_PREFIX)
+    ends = [i for i in (text.find("\n", start), text.find(_CALL_OPEN, start)) if i >= 0]
+    end = min(ends) if ends else len(text)  # the line's last character is text[end - 1], or the newline at end
+    want = end + 1 if end < len(text) and text[end] == "\n" else end
+    for n in range(1, len(tokens) + 1):
+        if len(tokenizer.decode(tokens[:n], skip_special_tokens=True)) >= want:
+            return n
+    return len(tokens)
+
+
 # --- token-exact prompts -------------------------------------------------------------
 
 class TemplateError(ValueError):
@@ -250,10 +297,10 @@ class ChatFormat:
     def tools(self):
         return [TOOL_SCHEMA] if self.uses_tools else None
 
-    def messages(self, task: str, observation: str, admissible: list[str]) -> list[dict]:
+    def messages(self, task: str, observation: str, admissible: list[str], request: str = "") -> list[dict]:
         """The opening conversation: system prompt (with the tool where the template shows none) and task."""
         return [{"role": "system", "content": self.system_prompt},
-                {"role": "user", "content": first_user_message(task, observation, admissible)}]
+                {"role": "user", "content": first_user_message(task, observation, admissible, request)}]
 
     def render(self, messages: list[dict], generation_prompt: bool) -> str:
         return self._render(messages, generation_prompt, tools=self.tools())
@@ -261,9 +308,9 @@ class ChatFormat:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def initial_prompt(self, task: str, observation: str, admissible: list[str]) -> list[int]:
+    def initial_prompt(self, task: str, observation: str, admissible: list[str], request: str = "") -> list[int]:
         """Token ids of the first prompt, ending with the assistant header."""
-        return self.encode(self.render(self.messages(task, observation, admissible), True))
+        return self.encode(self.render(self.messages(task, observation, admissible, request), True))
 
     def tool_turn(self, history: list[dict], content: str) -> str:
         """The text a tool result adds after ``history`` (which ends with an assistant reply)."""

@@ -10,12 +10,18 @@ One turn for every live branch of a group:
    charged one invalid action and one step;
 3. the tool result is appended by prefix extension (:func:`alfrl.protocol.build_next_prompt`).
 
+Hierarchical play (``plan_every``): the first turn, every ``plan_every``-th, and the turn right after a
+subgoal is reached are planner turns. Their message asks the model to begin its reply with one line
+``Subgoal: ...`` (:data:`alfrl.protocol.PLAN_REQUEST`); the line is part of the sampled reply, so it is
+trained like the rest, and the turn is still one step of the game.
+
 A branch ends when it wins, runs out of steps (``max_steps``), or its next turn would not
 fit in ``max_trajectory_tokens``. Its record keeps every token with a mask that is 1
 exactly on the tokens the model sampled, and those tokens' logprobs: what the PPO update
 needs (:mod:`alfrl.ppo`).
 
-Taught in notebook 03 (one turn of the group loop, inline, then this module); used by 04-06.
+Taught in notebook 03 (one turn of the group loop, inline, then this module); used by 04-06; notebook 07
+plays a hierarchical episode.
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from tqdm.auto import tqdm
 
 from alfrl.env import NOTHING_HAPPENS, GroupEnv
-from alfrl.protocol import (BAD_FORMAT, COMPLETED, EXECUTED, NOT_ADMISSIBLE, ChatFormat, build_next_prompt,
-                            parse_reply, tool_result_message)
+from alfrl.protocol import (BAD_FORMAT, COMPLETED, EXECUTED, NOT_ADMISSIBLE, PLAN_REQUEST, ChatFormat,
+                            build_next_prompt, is_planner_turn, parse_plan, parse_reply, plan_token_count, tool_result_message)
 from alfrl.sampler import Sample, SampleConfig, new_group_session
 from alfrl.trajectory import (END_REASONS, Trajectory, Turn, load_trajectories,  # noqa: F401 (re-exported)
                               save_trajectories)
@@ -64,6 +70,9 @@ class RolloutConfig:
     draft_tokens: int = 0
     """Speculative decoding by prompt lookup: tokens guessed from each branch's history and checked in
     one forward pass (see alfrl.sampler; the replies keep plain sampling's distribution). 0: off."""
+    plan_every: int = 0
+    """Hierarchical play: planner turns (the reply begins with one line "Subgoal: ...") first, every this many
+    steps, and right after a subgoal is reached. 0: off."""
     groups_per_batch: int = 1
     """Groups that :func:`rollout_batch` plays together, k x this many rows decoded in one batch.
     On a CPU the decode step reads the weights once whatever the batch, so 2 groups of 4 take
@@ -73,6 +82,8 @@ class RolloutConfig:
         if self.k < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
             raise ValueError(f"k, max_steps and max_new_tokens must be >= 1 (got {self.k}, {self.max_steps}, "
                              f"{self.max_new_tokens})")
+        if self.plan_every < 0:
+            raise ValueError(f"plan_every must be >= 0 (0 = no planner turns; got {self.plan_every})")
         if self.draft_tokens < 0:
             raise ValueError(f"draft_tokens must be >= 0 (0 = no speculative decoding; got {self.draft_tokens})")
         if self.prefill_dtype not in (None, "bfloat16", "float16"):
@@ -106,6 +117,8 @@ class _Branch:
     prompt_tokens: int = 0
     subgoals: int = 0
     subgoals_total: int = 0
+    planning: bool = False
+    """Whether the next reply is a planner turn's."""
 
     def end(self, reason: str, last_reply: list[int]) -> None:
         """The trajectory ends with its last reply."""
@@ -166,16 +179,18 @@ def _start(games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat) -
     starts = [env.reset(games[0])] * k if one_game else env.reset_each(games)
     reset_share = (time.perf_counter() - begin) / k
     branches = {}
+    planning = is_planner_turn(0, False, config.plan_every)
+    request = PLAN_REQUEST if planning else ""
     for b, start in enumerate(starts):
-        prompt = fmt.initial_prompt(start.task, start.observation, start.admissible_commands)
+        prompt = fmt.initial_prompt(start.task, start.observation, start.admissible_commands, request)
         if len(prompt) >= config.max_trajectory_tokens:
             raise ValueError(f"the first prompt of {games[b].game_id} has {len(prompt)} tokens, no fewer than "
                              f"max_trajectory_tokens={config.max_trajectory_tokens}; raise the budget")
         branches[b] = _Branch(tokens=list(prompt), history=fmt.messages(start.task, start.observation,
-                                                                       start.admissible_commands),
+                                                                       start.admissible_commands, request),
                               mask=[0] * len(prompt), logprobs=[0.0] * len(prompt), env_seconds=reset_share,
                               prompt_tokens=len(prompt), subgoals=env.subgoals[b],
-                              subgoals_total=env.subgoals_total[b])
+                              subgoals_total=env.subgoals_total[b], planning=planning)
     return branches
 
 
@@ -220,18 +235,23 @@ def _record_turn(br: _Branch, sample: Sample, text: str, reply, result, fmt: Cha
     status, observation = _tool_result(reply, result)
     valid = reply.valid and result.admissible
     br.invalid += not valid
+    plan = (parse_plan(text) or "") if br.planning else None
     br.turns.append(Turn(reply=text, action=reply.action, valid_format=reply.valid, admissible=valid,
                          reason="" if valid else status, observation=observation, sampled=len(sample.tokens),
-                         stopped_on=sample.stopped_on))
+                         stopped_on=sample.stopped_on, plan=plan,
+                         plan_tokens=plan_token_count(fmt.tokenizer, sample.tokens, text) if plan else 0))
     br.mask += [1] * len(sample.tokens)
     br.logprobs += sample.logprobs
+    reached = result.subgoals > br.subgoals
     br.subgoals = result.subgoals
+    br.planning = is_planner_turn(len(br.turns), reached, config.plan_every)
     if result.won or result.done:
         br.won = result.won
         br.end("won" if result.won else "max_steps", sample.tokens)
         return
     history = br.history + [{"role": "assistant", "content": text}]
-    content = tool_result_message(status, observation, result.admissible_commands)
+    content = tool_result_message(status, observation, result.admissible_commands,
+                                  PLAN_REQUEST if br.planning else "")
     nxt = build_next_prompt(fmt, br.tokens, sample.tokens, history, content)
     if len(nxt) >= config.max_trajectory_tokens:  # no room for another reply: end on this one
         br.end("max_tokens", sample.tokens)

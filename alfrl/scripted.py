@@ -15,7 +15,7 @@ import json
 
 import torch
 
-from alfrl.protocol import TOOL_NAME, ChatFormat
+from alfrl.protocol import PLAN_PREFIX, TOOL_NAME, ChatFormat, is_planner_turn
 from alfrl.sampler import SampleConfig, Sample
 
 
@@ -28,6 +28,28 @@ def tool_call(action: str) -> str:
 def expert_replies(game) -> list[str]:
     """The handcoded expert's walkthrough of ``game`` (a GameSpec) as tool-call replies."""
     return [tool_call(action) for action in game.walkthrough]
+
+
+def planned_expert_replies(game, plan_every: int) -> list[str]:
+    """The expert's walkthrough as a hierarchical player's replies: on each planner turn (the rollout's
+    rule, :func:`alfrl.protocol.is_planner_turn`) the line ``Subgoal: <the first subgoal not reached yet>``
+    comes before the tool call. The subgoals come from the engine's facts as the walkthrough is played."""
+    from alfrl.engine import make_fast_engine
+    from alfrl.subgoals import game_progress
+
+    engine = make_fast_engine(facts=True)
+    engine.load(str(game.path))
+    progress = game_progress(game.path)
+    count = progress.update(engine.reset()["facts"])
+    replies, planning = [], is_planner_turn(0, False, plan_every)
+    for step, action in enumerate(game.walkthrough, start=1):
+        ahead = [goal for goal, done in zip(progress.goals, progress.reached) if not done]
+        plan = f"{PLAN_PREFIX} {ahead[0].text()}\n" if planning and ahead else ""
+        replies.append(plan + tool_call(action))
+        state, _, _ = engine.step(action)
+        before, count = count, progress.update(state["facts"])
+        planning = is_planner_turn(step, count > before, plan_every)
+    return replies
 
 
 class ScriptedSession:

@@ -33,7 +33,7 @@ from alfrl.precision import warn_if_slow_bf16
 from alfrl.ppo import micro_batches, sequence_logprobs
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
-from alfrl.scripted import ScriptedSession, expert_replies
+from alfrl.scripted import ScriptedSession, expert_replies, planned_expert_replies
 from alfrl.tracking import Trackers, check_log
 
 
@@ -79,6 +79,9 @@ class SFTConfig:
     """Turn limit used to render the trajectories (as in rollouts)."""
     max_trajectory_tokens: int = 12000
     """Token budget used to render the trajectories (longer ones are cut like rollouts)."""
+    plan_every: int = 0
+    """Hierarchical expert: planner turns as in ``--plan-every`` rollouts, where the expert's reply begins with
+    "Subgoal: <the next subgoal>" (alfrl.scripted.planned_expert_replies). 0: plain tool calls."""
     bf16: bool = False
     """Run the forward and backward passes under bfloat16 autocast (the adapter stays float32).
     On a CPU with native bf16 (avx512_bf16 / AMX) it is ~1.7x faster; on others it is emulated and far
@@ -99,11 +102,12 @@ def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool =
     """Each game's walkthrough played through the real env and rollout code, as trajectories."""
     fmt = ChatFormat(policy.tokenizer)
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
-                            max_new_tokens=10_000, workers=0)
+                            max_new_tokens=10_000, workers=0, plan_every=config.plan_every)
     out = []
     with GroupEnv(k=1, max_steps=config.max_steps, workers=0) as env:
         for game in tqdm(games, desc="render expert trajectories", unit="game", disable=not progress):
-            session = ScriptedSession(fmt, {0: expert_replies(game)})
+            replies = planned_expert_replies(game, config.plan_every) if config.plan_every else expert_replies(game)
+            session = ScriptedSession(fmt, {0: replies})
             (trajectory,) = rollout_group(policy, game, rollout, env=env, fmt=fmt, session=session)
             out.append(trajectory)
     return out

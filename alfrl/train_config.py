@@ -67,6 +67,9 @@ class TrainConfig:
     checked in one forward pass (alfrl.sampler); the replies keep plain sampling's distribution. 0: off."""
     groups_per_batch: int = 2
     """Groups decoded together (k x this many rows per forward pass; see RolloutConfig)."""
+    plan_every: int = 0
+    """Hierarchical play: planner turns, whose reply begins with one line "Subgoal: ..." (trained like the rest),
+    first, every this many steps, and right after a subgoal is reached (notebook 07). 0: off."""
     invalid_penalty: float = 0.1
     """Reward lost per invalid action."""
     subgoal_reward: float = 0.0
@@ -165,7 +168,7 @@ class TrainConfig:
         return RolloutConfig(k=self.k, max_steps=self.max_steps, max_trajectory_tokens=self.max_trajectory_tokens,
                              max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                              groups_per_batch=self.groups_per_batch, prefill_dtype=self.prefill_dtype,
-                             draft_tokens=self.draft_tokens,
+                             draft_tokens=self.draft_tokens, plan_every=self.plan_every,
                              seed=self.seed * 1_000_003 + step, workers=self.workers)
 
     def ppo(self) -> PPOConfig:
@@ -219,7 +222,7 @@ TRAIN_RANGES: dict[str, Range] = {
         "max_new_tokens", "groups_per_batch", "epochs", "minibatches", "micro_batch_tokens", "checkpoint_every",
         "threads", "lora_rank", "lora_alpha", "max_expert_steps", "max_receptacles")},
     **{name: Range(at_least=0) for name in ("keep_checkpoints", "workers", "kl_coef", "draft_tokens",
-                                             "eval_every", "subgoal_reward")},
+                                             "eval_every", "subgoal_reward", "plan_every")},
     "dpo_beta": Range(above=0),
     "pair_margin": Range(above=0, why=": a pair of equal rewards prefers nothing"),
     "eval_games": Range(at_least=1),

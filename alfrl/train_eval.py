@@ -55,7 +55,7 @@ def eval_settings(config: TrainConfig, run_dir: Path, step: int) -> EvalConfig:
                       split=config.eval_split, limit=config.eval_games, max_expert_steps=config.max_expert_steps,
                       max_receptacles=config.max_receptacles, max_steps=config.max_steps,
                       max_new_tokens=config.max_new_tokens, max_trajectory_tokens=config.max_trajectory_tokens,
-                      draft_tokens=config.draft_tokens, threads=config.threads)
+                      draft_tokens=config.draft_tokens, plan_every=config.plan_every, threads=config.threads)
 
 
 def evaluated_steps(run_dir: Path) -> set[int]:

@@ -35,6 +35,11 @@ class Turn:
     """Tokens sampled for this reply."""
     stopped_on: str
     """"eos" or "budget"."""
+    plan: str | None = None
+    """On a planner turn (hierarchical play), the subgoal its reply named ("" if it named none); None on
+    any other turn."""
+    plan_tokens: int = 0
+    """The reply's first tokens that write its subgoal line (0 when it wrote none)."""
 
 
 @dataclass

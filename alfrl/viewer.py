@@ -4,6 +4,8 @@ Every token of a :class:`alfrl.rollout.Trajectory` has one **role**:
 
 - ``"prompt"``: the first prompt (system prompt, task, first observation), shared by the group;
 - ``"sampled"``: written by the model (mask 1), its end-of-turn token included;
+- ``"planner"``: the sampled subgoal line that begins a planner turn's reply (hierarchical play,
+  ``--plan-every``); the rest of that reply, the actor's, is ``"sampled"``;
 - ``"template"``: what the chat template puts between turns: the rest of the closing after a
   reply, and the tool turn's header and footer with the next assistant header;
 - ``"tool"``: the tool result's content: status line, observation, available actions.
@@ -13,7 +15,8 @@ and split around), as :class:`alfrl.protocol.ChatFormat` does, so no template is
 :func:`trajectory_html` draws the tokens coloured by role or by advantage; :func:`browse` is a
 small widget to page through a group (static HTML where ipywidgets is missing).
 
-Taught in notebook 04 (tokens by role and by advantage); 06 browses failures with it.
+Taught in notebook 04 (tokens by role and by advantage); 06 browses failures with it; 07 shows a
+hierarchical episode's planner and actor tokens.
 """
 
 from __future__ import annotations
@@ -25,9 +28,14 @@ from alfrl.protocol import ChatFormat
 from alfrl.rollout import Trajectory
 
 ROLES = ("prompt", "sampled", "template", "tool")
-ROLE_COLORS = {"prompt": "#e3e3e3", "sampled": "#ffd54f", "template": "#d1c4e9", "tool": "#b3e5fc"}
+"""The roles of every trajectory's tokens; a hierarchical one's also has :data:`PLANNER`."""
+PLANNER = "planner"
+ROLE_COLORS = {"prompt": "#e3e3e3", "sampled": "#ffd54f", "planner": "#ffab91", "template": "#d1c4e9",
+               "tool": "#b3e5fc"}
 ROLE_HELP = {"prompt": "first prompt", "sampled": "sampled by the model (mask 1: trained)",
-             "template": "chat template", "tool": "tool result"}
+             "planner": "a planner turn's subgoal line (sampled, trained)", "template": "chat template",
+             "tool": "tool result"}
+SAMPLED_ROLES = ("sampled", PLANNER)
 
 _PROBE = "\u2063ALFRL-VIEWER\u2063"
 _PROBE_HISTORY = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
@@ -75,7 +83,9 @@ def _gap_roles(gap: list[int], after_end_of_turn: bool, parts: TemplateParts) ->
 
 
 def token_roles(trajectory: Trajectory, fmt: ChatFormat, parts: TemplateParts | None = None) -> list[str]:
-    """One role per token: "prompt", "sampled", "template" or "tool" (see the module's docstring)."""
+    """One role per token: "prompt", "sampled", "planner", "template" or "tool" (see the module's docstring).
+    The n-th run of sampled tokens is the n-th turn's reply; a planner turn's first ``plan_tokens`` are its
+    subgoal line."""
     t = trajectory
     if not len(t.tokens) == len(t.mask) == len(t.logprobs):
         raise ValueError(f"tokens, mask and logprobs differ in length ({len(t.tokens)}, {len(t.mask)}, "
@@ -84,13 +94,15 @@ def token_roles(trajectory: Trajectory, fmt: ChatFormat, parts: TemplateParts | 
         raise ValueError("the mask is 1 inside the first prompt; is prompt_tokens right?")
     parts = parts or template_parts(fmt)
     roles = ["prompt"] * t.prompt_tokens
-    i = t.prompt_tokens
+    i, reply = t.prompt_tokens, 0
     while i < len(t.tokens):
         j = i
         while j < len(t.tokens) and t.mask[j] == t.mask[i]:
             j += 1
         if t.mask[i]:
-            roles += ["sampled"] * (j - i)
+            planned = min(j - i, t.turns[reply].plan_tokens) if reply < len(t.turns) else 0
+            roles += [PLANNER] * planned + ["sampled"] * (j - i - planned)
+            reply += 1
         else:  # between two replies (build_next_prompt): the closing's rest, then the tool turn
             after_eot = bool(parts.closing) and i > 0 and t.tokens[i - 1] == parts.closing[0]
             roles += _gap_roles(t.tokens[i:j], after_eot, parts)
@@ -106,13 +118,13 @@ def _advantage_color(advantage: float, scale: float) -> str:
     return f"rgba({rgb}, {alpha:.2f})" if alpha else "#ffffff"
 
 
-def _legend(color_by: str, advantage_scale: float) -> str:
+def _legend(color_by: str, advantage_scale: float, planner: bool = False) -> str:
     def item(color, label):
         return (f'<span class="alfrl-legend" style="background:{color}; padding:0 6px; margin-right:8px; '
                 f'border:1px solid #bbb">{html.escape(label)}</span>')
 
     if color_by == "role":
-        items = [item(ROLE_COLORS[r], f"{r}: {ROLE_HELP[r]}") for r in ROLES]
+        items = [item(ROLE_COLORS[r], f"{r}: {ROLE_HELP[r]}") for r in ROLES + (PLANNER,) * planner]
     else:
         items = [item(_advantage_color(a, advantage_scale), f"sampled, advantage {a:+.2g}")
                  for a in (advantage_scale, advantage_scale / 4, -advantage_scale / 4, -advantage_scale)]
@@ -124,7 +136,8 @@ def _header(t: Trajectory, roles: list[str]) -> str:
     def num(x):
         return "-" if x is None else f"{x:+.3f}"
 
-    counts = ", ".join(f"{roles.count(r)} {r}" for r in ROLES)
+    shown = ROLES + (PLANNER,) * (PLANNER in roles)
+    counts = ", ".join(f"{roles.count(r)} {r}" for r in shown)
     return (f"<div><b>{html.escape(t.game_id)}</b> · branch {t.branch} · won {t.won} · steps {t.steps} · "
             f"invalid {t.invalid} · reward {num(t.reward)} · advantage {num(t.advantage)} · "
             f"{len(t.tokens)} tokens ({counts})</div>")
@@ -147,7 +160,7 @@ def trajectory_html(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "ro
     for i, (tok, piece, role, logprob) in enumerate(zip(t.tokens, pieces, roles, t.logprobs)):
         if color_by == "role":
             style = f"background:{ROLE_COLORS[role]}"
-        elif role == "sampled":
+        elif role in SAMPLED_ROLES:
             style = f"background:{_advantage_color(t.advantage or 0.0, advantage_scale)}"
         else:
             style = "background:#eeeeee; color:#888888"
@@ -157,7 +170,7 @@ def trajectory_html(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "ro
     body = (f'<div style="white-space:pre-wrap; font-family:monospace; font-size:80%; line-height:1.5; '
             f'max-height:{max_height}; overflow:auto; border:1px solid #ccc; padding:4px">'
             + "".join(spans) + "</div>")
-    return f'<div class="alfrl-trajectory">{_header(t, roles)}{_legend(color_by, advantage_scale)}{body}</div>'
+    return f'<div class="alfrl-trajectory">{_header(t, roles)}{_legend(color_by, advantage_scale, PLANNER in roles)}{body}</div>'
 
 
 def show_trajectory(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "role", **kwargs) -> None:

@@ -10,6 +10,10 @@ from the same starting adapter, with the cpu preset's settings (``--set key=valu
 episodes were sampled by the run's own policy, so for any algorithm but the run's they are off-policy:
 say so next to any figure made this way. Writes ``OUT/metrics.jsonl`` (one line per update) and
 ``OUT/adapter`` (evaluate it with ``python -m alfrl eval --adapter OUT/adapter``).
+
+With ``--set subgoal_reward=ALPHA`` the subgoals each episode reached are needed: episodes recorded
+before they were counted get them by replaying their actions in the real engine
+(:func:`alfrl.subgoals.replay_progress`, on the games the config trains on).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from tqdm.auto import tqdm
 from alfrl.checkpoint import append_jsonl
 from alfrl.cli import parse_overrides
 from alfrl.models import save_adapter
+from alfrl.engine import make_fast_engine
 from alfrl.ppo import make_optimizer
-from alfrl.train import check_config, learn, load_for_training, preset, teaches
+from alfrl.subgoals import replay_progress
+from alfrl.train import check_config, learn, load_for_training, preset, teaches, training_games
 from alfrl.trajectory import Trajectory, groups_of
 
 
@@ -39,6 +45,22 @@ def updates_of(path: str | Path, k: int) -> dict[int, list[list[Trajectory]]]:
             if line.strip():
                 by_step.setdefault(json.loads(line)["step"], []).append(Trajectory.from_json(line))
     return {step: groups_of(rows, k) for step, rows in sorted(by_step.items())}
+
+
+def count_subgoals(trajectories: list[Trajectory], games: dict[str, Path]) -> int:
+    """Fill in ``subgoals``/``subgoals_total`` of episodes recorded without them, by replaying their
+    actions in the engine; ``games`` maps a game id to its ``game.tw-pddl``. Returns how many were filled."""
+    engine = make_fast_engine(facts=True)
+    filled = 0
+    for t in tqdm(trajectories, desc="subgoals", unit="episode"):
+        if t.subgoals_total:
+            continue
+        if t.game_id not in games:
+            raise KeyError(f"game {t.game_id} is not among the config's training games: replay with the run's "
+                           f"own settings (--set data_dir=... split=... max_receptacles=...)")
+        t.subgoals, t.subgoals_total = replay_progress(engine, games[t.game_id], [turn.action for turn in t.turns])
+        filled += 1
+    return filled
 
 
 def main() -> None:
@@ -57,6 +79,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=False)
     (out / "config.json").write_text(json.dumps({**config.__dict__, "trajectories": args.trajectories}, indent=2))
     updates = updates_of(args.trajectories, args.k)
+    if config.subgoal_reward:
+        games = {g.game_id: g.path for g in training_games(config)}
+        episodes = [t for groups in updates.values() for group in groups for t in group]
+        print(f"counted the subgoals of {count_subgoals(episodes, games)} of {len(episodes)} episodes in the engine")
     policy = load_for_training(config)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)

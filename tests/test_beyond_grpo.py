@@ -191,3 +191,29 @@ def test_notebook_07_by_hand_equals_the_package():
     for values in ((-3.0, -5.0, -3.5, -4.0), (-40.0, -10.0, -20.0, -30.0), (0.0, 0.0, 0.0, 0.0)):
         want = dpo_loss(*(torch.tensor([v]) for v in values), beta=0.1).item()
         assert dpo_loss_by_hand(*values, beta=0.1) == pytest.approx(want, rel=1e-6)
+
+
+def test_replay_counts_the_subgoals_of_episodes_recorded_without_them():
+    """scripts/replay_training.py with --set subgoal_reward=...: episodes from before subgoals were counted get
+    them by replaying their actions on the config's games; a win reached every subgoal; counted ones stay."""
+    import importlib.util
+
+    from alfrl.paths import REPO_ROOT
+    from alfrl.train import preset, training_games
+
+    spec = importlib.util.spec_from_file_location("replay_training", REPO_ROOT / "scripts" / "replay_training.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    updates = script.updates_of(REPO_ROOT / "data/results/cpu_12updates_seed0_trajectories.jsonl.xz", 8)
+    episodes = [t for group in updates[1] for t in group]
+    assert all(t.subgoals_total == 0 for t in episodes) and any(t.won for t in episodes)
+    games = {g.game_id: g.path for g in training_games(preset("cpu"))}
+    episodes[0].subgoals, episodes[0].subgoals_total = 9, 9  # already counted: left alone
+    assert script.count_subgoals(episodes, games) == len(episodes) - 1
+    assert (episodes[0].subgoals, episodes[0].subgoals_total) == (9, 9)
+    rest = episodes[1:]
+    assert all(t.subgoals_total >= 2 for t in rest)  # every task has a take and a place (or lamp) at least
+    assert all(t.subgoals == t.subgoals_total for t in rest if t.won)
+    assert any(t.subgoals < t.subgoals_total for t in rest if not t.won)
+    with pytest.raises(KeyError, match="not among the config's training games"):
+        script.count_subgoals([replace(rest[0], subgoals_total=0)], {})

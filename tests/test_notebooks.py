@@ -35,7 +35,8 @@ NOTEBOOKS = [
     ("06_evaluation.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_unseen", "limit": 2,
                              "max_steps": 2, "max_new_tokens": 12, "batch": 2, "out_dir": TMP_RUN_DIR,
                              "evaluate_base": True, "interactive": False}),
-    ("07_beyond_grpo.ipynb", {"model": "bundled", "groups_replayed": 2, "max_pair_tokens": 600}),
+    ("07_beyond_grpo.ipynb", {"model": "bundled", "groups_replayed": 2, "max_pair_tokens": 600,
+                              "planner_steps": 2}),
 ]
 
 
