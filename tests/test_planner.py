@@ -150,3 +150,19 @@ def test_notebook_07_planner_by_hand_equals_the_package():
         for reached in (False, True):
             for every in (0, 1, 2, 5):
                 assert defs["planner_turn_by_hand"](steps, reached, every) == is_planner_turn(steps, reached, every)
+
+
+def test_sft_plan_every_renders_the_planned_expert(policy, game):
+    """``python -m alfrl sft --plan-every 3``: the expert trajectories it learns from carry the plan lines, on
+    the planner turns a rollout with --plan-every 3 asks on, inside the trained (mask 1) tokens."""
+    from alfrl.sft import SFTConfig, expert_trajectories
+    (plain,) = expert_trajectories(policy, [game], SFTConfig(), progress=False)
+    (planned,) = expert_trajectories(policy, [game], SFTConfig(plan_every=3), progress=False)
+    assert plain.won and planned.won and planned.steps == plain.steps
+    assert all(turn.plan is None for turn in plain.turns)
+    plans = [turn.plan for turn in planned.turns if turn.plan is not None]
+    assert plans[0] == game_progress(game.path).goals[0].text() and all(plans)
+    fmt = ChatFormat(policy.tokenizer)
+    roles = token_roles(planned, fmt)
+    assert sum(r == PLANNER for r in roles) == sum(turn.plan_tokens for turn in planned.turns) > 0
+    assert planned.tokens[:planned.prompt_tokens] != plain.tokens[:plain.prompt_tokens]  # the request is asked
