@@ -6,12 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 sys.path.insert(0, str(NOTEBOOKS))
 
+from exercise_notebook import assert_has_exercise  # noqa: E402
 from exercises import nb03 as checks  # noqa: E402
 from solutions import nb03 as solutions  # noqa: E402
 
@@ -110,10 +110,4 @@ def test_group_summary_wrong_answers_fail_with_a_message(capsys):
 @pytest.mark.parametrize("stub,check", [("def one_turn(session, env, branches, live, cfg, fmt):", "check_one_turn(one_turn)"),
                                         ("def group_summary(group):", "check_group_summary(group_summary)")])
 def test_notebook_has_the_exercise(stub, check):
-    cells = nbformat.read(NOTEBOOKS / "03_group_rollouts.ipynb", as_version=4).cells
-    code = [c.source for c in cells if c.cell_type == "code"]
-    at = next(i for i, src in enumerate(code) if stub in src)
-    assert "raise NotImplementedError  # your code here" in code[at]
-    assert check in code[at + 1] and "from exercises.nb03 import" in code[at + 1]
-    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
-    assert "notebooks/solutions/nb03.py" in text
+    assert_has_exercise("03_group_rollouts.ipynb", stub, check)

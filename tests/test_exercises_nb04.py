@@ -6,13 +6,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 sys.path.insert(0, str(NOTEBOOKS))
 
+from exercise_notebook import assert_has_exercise  # noqa: E402
 from exercises import nb04 as checks  # noqa: E402
 from solutions import nb04 as solutions  # noqa: E402
 
@@ -94,10 +94,4 @@ def test_token_logprobs_wrong_answers_fail(wrong, message, capsys):
                                          "check_group_token_advantages(group_token_advantages)"),
                                         ("def token_logprobs(logits, tokens):", "check_token_logprobs(token_logprobs)")])
 def test_notebook_has_the_exercise(stub, check):
-    cells = nbformat.read(NOTEBOOKS / "04_advantages_masks.ipynb", as_version=4).cells
-    code = [c.source for c in cells if c.cell_type == "code"]
-    at = next(i for i, src in enumerate(code) if stub in src)
-    assert "raise NotImplementedError  # your code here" in code[at]
-    assert check in code[at + 1] and "from exercises.nb04 import" in code[at + 1]
-    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
-    assert "notebooks/solutions/nb04.py" in text
+    assert_has_exercise("04_advantages_masks.ipynb", stub, check)

@@ -7,12 +7,12 @@ import math
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 sys.path.insert(0, str(NOTEBOOKS))
 
+from exercise_notebook import assert_has_exercise  # noqa: E402
 from exercises import nb07 as checks  # noqa: E402
 from solutions import nb07 as solutions  # noqa: E402
 
@@ -91,10 +91,4 @@ def test_dpo_pair_wrong_answers_fail(wrong, message, capsys):
                                          "check_shaped_advantages(shaped_advantages)"),
                                         ("def dpo_pair(s_w, s_l, ref_w, ref_l, beta):", "check_dpo_pair(dpo_pair)")])
 def test_notebook_has_the_exercise(stub, check):
-    cells = nbformat.read(NOTEBOOKS / "07_beyond_grpo.ipynb", as_version=4).cells
-    code = [c.source for c in cells if c.cell_type == "code"]
-    at = next(i for i, src in enumerate(code) if stub in src)
-    assert "raise NotImplementedError  # your code here" in code[at]
-    assert check in code[at + 1] and "from exercises.nb07 import" in code[at + 1]
-    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
-    assert "notebooks/solutions/nb07.py" in text
+    assert_has_exercise("07_beyond_grpo.ipynb", stub, check)
