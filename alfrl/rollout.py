@@ -35,7 +35,8 @@ from tqdm.auto import tqdm
 
 from alfrl.env import NOTHING_HAPPENS, GroupEnv
 from alfrl.protocol import (BAD_FORMAT, COMPLETED, EXECUTED, NOT_ADMISSIBLE, PLAN_REQUEST, ChatFormat,
-                            build_next_prompt, is_planner_turn, parse_plan, parse_reply, plan_token_count, tool_result_message)
+                            build_next_prompt, is_planner_turn, parse_plan, parse_reply, plan_token_count,
+                            tool_result_message)
 from alfrl.sampler import Sample, SampleConfig, new_group_session
 from alfrl.trajectory import (END_REASONS, Trajectory, Turn, load_trajectories,  # noqa: F401 (re-exported)
                               save_trajectories)

@@ -170,7 +170,8 @@ def trajectory_html(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "ro
     body = (f'<div style="white-space:pre-wrap; font-family:monospace; font-size:80%; line-height:1.5; '
             f'max-height:{max_height}; overflow:auto; border:1px solid #ccc; padding:4px">'
             + "".join(spans) + "</div>")
-    return f'<div class="alfrl-trajectory">{_header(t, roles)}{_legend(color_by, advantage_scale, PLANNER in roles)}{body}</div>'
+    legend = _legend(color_by, advantage_scale, PLANNER in roles)
+    return f'<div class="alfrl-trajectory">{_header(t, roles)}{legend}{body}</div>'
 
 
 def show_trajectory(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "role", **kwargs) -> None:
