@@ -11,6 +11,11 @@ episodes were sampled by the run's own policy, so for any algorithm but the run'
 say so next to any figure made this way. Writes ``OUT/metrics.jsonl`` (one line per update) and
 ``OUT/adapter`` (evaluate it with ``python -m alfrl eval --adapter OUT/adapter``).
 
+GRPO with the subgoal reward, on the same episodes (``--set`` takes every KEY=VALUE after it, so it comes last)::
+
+    python scripts/replay_training.py data/results/cpu_12updates_seed0_trajectories.jsonl.xz \
+        --algo grpo --out runs/replay_grpo_subgoals --set subgoal_reward=0.1 keep_groups=progress
+
 With ``--set subgoal_reward=ALPHA`` the subgoals each episode reached are needed: episodes recorded
 before they were counted get them by replaying their actions in the real engine
 (:func:`alfrl.subgoals.replay_progress`, on the games the config trains on).
@@ -70,7 +75,7 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="folder for metrics.jsonl and adapter/")
     parser.add_argument("--k", type=int, default=8, help="branches per group in the run")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="TrainConfig settings on top of the cpu preset (e.g. dpo_beta=0.2)")
+                        help="TrainConfig settings on top of the cpu preset (e.g. dpo_beta=0.2); last, after the file")
     args = parser.parse_args()
     out = Path(args.out)
     config = preset("cpu", **{**parse_overrides(args.set, preset("cpu")), "algo": args.algo, "run_dir": str(out),
