@@ -3,7 +3,9 @@
 #   bash scripts/test.sh              # default run (skips tests marked slow)
 #   bash scripts/test.sh -m slow      # the full, slow checks
 #   bash scripts/test.sh -k protocol  # a subset
-# The suite includes executing every notebook with papermill.
+# The suite includes executing every notebook with papermill. It runs in two pytest-xdist workers of one
+# torch thread each (ALFRL_TEST_WORKERS=N to change, 0 for one process); the shared data they read (the
+# expanded games, the bundled model) is prepared first, once, so that no two workers write it at once.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,9 +13,16 @@ cd "$ROOT"
 say() { printf '[test] %s\n' "$*"; }
 
 bash scripts/setup_venv.sh
-say "running: python -m pytest $*"
+WORKERS="${ALFRL_TEST_WORKERS:-2}"
+say "preparing shared test data: the expanded games and the bundled model"
+.venv/bin/python -c "
+from alfrl.bundled import bundled_model_dir
+from alfrl.pack import ensure_games, expand_folder
+from alfrl.paths import REPO_ROOT
+ensure_games(); expand_folder(REPO_ROOT / 'data' / 'heldout'); bundled_model_dir()"
+say "running: python -m pytest -n $WORKERS $*"
 rc=0
-.venv/bin/python -m pytest --durations=30 "$@" || rc=$?  # the 30 slowest, to keep CI's time in view
+.venv/bin/python -m pytest -n "$WORKERS" --durations=30 "$@" || rc=$?  # the 30 slowest, to keep CI's time in view
 if [[ $rc -eq 5 ]]; then
     say "FAILED: pytest collected no tests (exit code 5). Check the tests/ folder and the -k/-m selection." >&2
     exit 5

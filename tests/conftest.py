@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2 (scripts/test.sh): one thread per worker, and per
+    os.environ["OMP_NUM_THREADS"] = "1"   # process it starts (CLI runs, notebook kernels): 2 workers with 2
+    os.environ["MKL_NUM_THREADS"] = "1"   # threads each on 2 cores thrash instead of sharing
+
 from alfrl import TASK_TYPES
 from alfrl.expert import make_engine
 from alfrl.generate import GenerateConfig, generate
@@ -66,6 +70,12 @@ def policy():
     from alfrl.models import LoraSpec, load_policy
     torch.manual_seed(0)
     return load_policy(lora=LoraSpec(rank=4, alpha=8))
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -234,7 +234,9 @@ def test_with_two_minibatches_the_clip_acts_and_is_measured_after_a_step(policy,
     p = copy.deepcopy(policy)
     config = PPOConfig(lr=5e-2, minibatches=2, max_grad_norm=0.0)
     steps = ppo_update(p, make_optimizer(p, config), group, config)
-    assert len(steps) == 2 and steps[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    # float32: the recompute and the step batch the tokens differently, so the first ratio is 1 up to rounding
+    # (within 1e-6 on 2 threads, 1.07e-6 seen on one)
+    assert len(steps) == 2 and steps[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert steps[1]["ratio_mean"] != pytest.approx(1.0, abs=1e-3)
     assert "sampler_ratio_mean" in steps[0]
     summary = summarize_steps(steps)
