@@ -95,7 +95,7 @@ def check_dpo_pair(dpo_pair: Callable) -> bool:
         loss = dpo_loss(policy[:1], policy[1:], torch.tensor([ref_w], dtype=torch.float64),
                         torch.tensor([ref_l], dtype=torch.float64), beta)
         loss.backward()
-        want = (float(loss), float(policy.grad[0]), float(policy.grad[1]))
+        want = (float(loss.detach()), float(policy.grad[0]), float(policy.grad[1]))
         mine, problem = attempt(dpo_pair, s_w, s_l, ref_w, ref_l, beta)
         if problem:
             return verdict([problem], "")
