@@ -128,8 +128,9 @@ class FrozenAdapter:
 def dpo_update(policy, optimizer, pairs: list[Pair], reference: FrozenAdapter, config: PPOConfig,
                beta: float = 0.1) -> dict[str, float]:
     """One DPO step on ``pairs`` (one per update: ``epochs``, ``minibatches`` and ``kl_coef`` are PPO's, unused
-    here; the reference already holds the policy near its start); returns its metrics (``dpo_loss`` before the step, ``dpo_accuracy``:
-    pairs the policy already ranked right, the PPO step's metrics, and the seconds each part took)."""
+    here; the reference already holds the policy near its start); returns its metrics (``dpo_loss`` before the
+    step, ``dpo_accuracy``: pairs the policy already ranked right, the PPO step's metrics, and the seconds each
+    part took)."""
     if not pairs:
         raise ValueError("no preference pairs to train on: every group's rewards were within the margin")
     trajectories = list({id(t): t for p in pairs for t in (p.chosen, p.rejected)}.values())
