@@ -17,7 +17,6 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
 from alfrl.checkpoint import read_jsonl
@@ -26,7 +25,7 @@ from alfrl.env import GroupEnv
 from alfrl.eval_report import SHORT_TASK_NAMES, comparison_figure, comparison_table  # noqa: F401 (re-exported)
 from alfrl.eval_stats import paired_outcomes, read_records, summarize, wilson_interval  # noqa: F401 (re-exported)
 from alfrl.games import GameSpec, check_games, load_games
-from alfrl.models import BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype
+from alfrl.models import BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype, torch_threads
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import RolloutConfig, rollout_games
 from alfrl.rundir import CONFIG, EVAL, Prepared, check_output_dir, prepare_output_dir, read_config
@@ -182,7 +181,8 @@ def evaluate(config: EvalConfig | None = None, policy=None, progress: bool = Tru
     had_config = (out / CONFIG).is_file() and not config.overwrite
     prepared, done = _prepare(config, games)
     try:
-        return _play(config, policy, games, done, out, progress)
+        with torch_threads(config.threads):
+            return _play(config, policy, games, done, out, progress)
     except BaseException:
         records = out / "records.jsonl"
         if not (records.is_file() and records.stat().st_size):  # nothing recorded: leave the folder as it was
@@ -201,8 +201,6 @@ def _remove_leftovers(prepared: Prepared, had_config: bool) -> None:
 
 
 def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], out: Path, progress: bool) -> dict:
-    if config.threads:
-        torch.set_num_threads(config.threads)
     todo = [(s, g) for s, g in games if (s, g.game_id) not in done]
     selected = {(s, g.game_id) for s, g in games}
     if not todo:  # a finished evaluation: no model to load

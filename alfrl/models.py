@@ -89,6 +89,24 @@ AUTO = "auto"
 bfloat16 on a CUDA GPU that supports it, float32 elsewhere."""
 
 
+@contextmanager
+def torch_threads(threads: int | None):
+    """Run a block on ``threads`` torch CPU threads (None or 0: as they are), then put the count back, so
+    that a run started from a notebook or a test leaves the process as it found it (a test that left two
+    threads behind in one of two pytest workers made every later test there fight the other worker for
+    the cores)."""
+    import torch
+    if not threads:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def resolve_device(name=AUTO):
     """The ``torch.device`` for ``--device``: "auto" (see :data:`AUTO`) or an explicit "cpu", "cuda",
     "cuda:1", "mps", checked to be usable here."""

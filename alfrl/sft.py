@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from alfrl.checkpoint import append_jsonl, prepare_run_dir
 from alfrl.env import GroupEnv
 from alfrl.games import load_games
-from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter
+from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter, torch_threads
 from alfrl.precision import warn_if_slow_bf16
 from alfrl.ppo import micro_batches, sequence_logprobs
 from alfrl.protocol import ChatFormat
@@ -139,8 +139,11 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     trackers_wanted = check_log(config.log)  # a missing tracker package is named before anything is written
     out = prepare_run_dir(config.out, config.overwrite)
     (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    with torch_threads(config.threads):
+        return _train_sft(config, out, trackers_wanted, progress)
+
+
+def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool) -> Path:
     games = load_games(config.split, config.data_dir, seed=config.seed, limit=config.games,
                        max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
     torch.manual_seed(config.seed)

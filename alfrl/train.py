@@ -32,7 +32,7 @@ from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_
                               truncate_jsonl)
 from alfrl.dpo import FrozenAdapter, dpo_update, preference_pairs
 from alfrl.games import check_games, load_games
-from alfrl.models import LoraSpec, load_policy, sampling_copy, save_adapter
+from alfrl.models import LoraSpec, load_policy, sampling_copy, save_adapter, torch_threads
 from alfrl.plots import plot_training
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
 from alfrl.rft import rft_step, winners
@@ -125,8 +125,6 @@ def _open_run_dir(run_dir: Path, config: TrainConfig, done: int, fresh: bool) ->
     if fresh:
         run_dir = prepare_output_dir(run_dir, TRAIN, overwrite=config.overwrite, flag="--run-dir").path
     (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
-    if config.threads:
-        torch.set_num_threads(config.threads)
     truncate_jsonl(run_dir / "metrics.jsonl", done)
     truncate_jsonl(run_dir / "trajectories.jsonl", done)
     drop_later_evals(run_dir, done)
@@ -140,8 +138,14 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     is called after each update (notebooks redraw their plots there).
 
     The config, the initial adapter, the games and the run directory (:mod:`alfrl.rundir`'s policy:
-    never another command's folder) are checked before anything is written."""
+    never another command's folder) are checked before anything is written. Runs on ``config.threads``
+    torch threads, and puts the count back afterwards."""
     config, run_dir = _start_config(config, resume, updates)
+    with torch_threads(config.threads):
+        return _train(config, run_dir, resume, progress, on_update)
+
+
+def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update) -> list[dict]:
     games = training_games(config)
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     state = json.loads((checkpoint / "state.json").read_text()) if checkpoint else {}

@@ -20,9 +20,11 @@ from alfrl.bundled import bundled_model_dir
 from alfrl.pack import ensure_games, expand_folder
 from alfrl.paths import REPO_ROOT
 ensure_games(); expand_folder(REPO_ROOT / 'data' / 'heldout'); bundled_model_dir()"
-say "running: python -m pytest -n $WORKERS $*"
+DIST=()
+[[ "$WORKERS" != 0 ]] && DIST=(--dist worksteal)  # an idle worker takes tests queued for the busy one
+say "running: python -m pytest -n $WORKERS ${DIST[*]} $*"
 rc=0
-.venv/bin/python -m pytest -n "$WORKERS" --durations=30 "$@" || rc=$?  # the 30 slowest, to keep CI's time in view
+.venv/bin/python -m pytest -n "$WORKERS" "${DIST[@]}" --durations=30 "$@" || rc=$?  # the 30 slowest, to keep CI's time in view
 if [[ $rc -eq 5 ]]; then
     say "FAILED: pytest collected no tests (exit code 5). Check the tests/ folder and the -k/-m selection." >&2
     exit 5

@@ -124,7 +124,7 @@ def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_
     from alfrl.tracking import read_tensorboard
     out = tmp_path / "sft"
     adapter = train_sft(SFTConfig(out=str(out), data_dir=str(tiny_games.root), split=SPLIT, games=2, epochs=1,
-                                  batch_size=1, lora_rank=4, lora_alpha=8, threads=2), progress=False)
+                                  batch_size=1, lora_rank=4, lora_alpha=8), progress=False)
     assert (adapter / "adapter_config.json").is_file()
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
