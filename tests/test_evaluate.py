@@ -4,6 +4,7 @@ generated games and (when present) ALFWorld's official valid_seen games."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from alfrl.checkpoint import read_jsonl
 from alfrl.eval_report import markdown_table, write_comparison
-from alfrl.eval_stats import outcomes
+from alfrl.eval_stats import games_needed, outcomes, sign_test_power
 from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
                             selected_records, summarize, wilson_interval)
 from alfrl.paths import REPO_ROOT
@@ -182,6 +183,33 @@ def test_wilson_interval():
     low, high = wilson_interval(5, 20)  # p = 0.25, z = 1.96: centre 0.2904, half-width 0.1784
     assert abs(low - 0.1119) < 1e-3 and abs(high - 0.4687) < 1e-3
     assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(20, 20)[1] == 1.0
+
+
+def test_sign_test_power_by_enumeration():
+    """The power of the paired test, against every way 6 games can go (gained, lost or unchanged), each
+    judged by paired_outcomes itself."""
+    import itertools
+    from math import comb
+
+    gain, changed, games = 0.2, 0.5, 6
+    chance = {"gained": (changed + gain) / 2, "lost": (changed - gain) / 2, "same": 1 - changed}
+    by_hand = 0.0
+    for pattern in itertools.product(chance, repeat=games):
+        before = [{"split": "s", "game_id": i, "won": way == "lost"} for i, way in enumerate(pattern)]
+        after = [{"split": "s", "game_id": i, "won": way == "gained"} for i, way in enumerate(pattern)]
+        paired = paired_outcomes(before, after)
+        if paired["p_value"] < 0.05 and paired["gained"] > paired["lost"]:
+            by_hand += math.prod(chance[way] for way in pattern)
+    assert by_hand > 0 and abs(sign_test_power(games, gain, changed) - by_hand) < 1e-12
+    # no game lost: significant once 6 are gained (p = 2/64); P(Binomial(60, 0.1) >= 6)
+    at_least_6 = 1 - sum(comb(60, k) * 0.1 ** k * 0.9 ** (60 - k) for k in range(6))
+    assert abs(sign_test_power(60, 0.1, 0.1) - at_least_6) < 1e-12
+    assert sign_test_power(200, 0.0, 0.2) < 0.05  # no gain: significant no more often than alpha allows
+    fewest = next(n for n in range(1, 200) if 1 - sum(comb(n, k) * 0.1 ** k * 0.9 ** (n - k) for k in range(6)) >= 0.5)
+    assert games_needed(0.1, 0.1, power=0.5) == fewest
+    assert games_needed(0.01, 0.5, most=100) is None
+    with pytest.raises(ValueError, match="at least that share"):
+        sign_test_power(100, 0.3, 0.2)
 
 
 def test_evaluate_on_official_valid_seen_games(tmp_path, real_data_dir):
