@@ -155,7 +155,11 @@ class TrainConfig:
     seed: int = 0
     """Seeds the game order, the adapter's init and every branch's sampler."""
     workers: int = 2
-    """Processes stepping the game copies."""
+    """Processes stepping the game copies (0: in the trainer's own process). They are forked from the
+    trainer at every rollout, and every page of its heap that the trainer rewrites while they live is
+    copied: with a trainer of many GB in CPU memory (a cpu preset run reached 15-17.5 GB) that can add
+    up to its size again, and got a cpu run killed for memory on a 23 GB machine. The cpu preset
+    therefore plays in-process: its games cost about 2 s of a 2-minute rollout."""
     threads: int | None = None
     """torch CPU threads (default: torch's choice)."""
 
@@ -189,7 +193,7 @@ def cpu_preset(native_bf16: bool) -> dict:
     update's autocast and the rollouts' prompt reads in bfloat16 only where that is fast."""
     return dict(k=8, temperature=0.6, bf16=native_bf16, gradient_checkpointing=False, sample_dtype="float32",
                 prefill_dtype="bfloat16" if native_bf16 else None, draft_tokens=8, dynamic_sampling=True,
-                keep_groups="win", max_groups_per_update=4, lr=1e-4, updates=10)
+                keep_groups="win", max_groups_per_update=4, lr=1e-4, updates=10, workers=0)
 
 
 PRESETS: dict[str, dict] = {

@@ -31,9 +31,9 @@ from alfrl.train import load_for_training, play_update, preset, training_games
 BEFORE = dict(games_per_update=2, k=4, groups_per_batch=2, max_steps=10, max_new_tokens=48,
               max_trajectory_tokens=4000, bf16=False, gradient_checkpointing=True, old_logprobs="sampler",
               minibatches=1, dynamic_sampling=False, temperature=1.0, sample_dtype=None, prefill_dtype=None,
-              draft_tokens=0, share_prefix=False)
-"""The cpu preset before this benchmark existed (the settings of data/results/cpu_seed*_metrics.jsonl), with
-the sampler's plain sdpa attention (alfrl.attention.ENABLED = False)."""
+              draft_tokens=0, share_prefix=False, workers=2)
+"""The cpu preset before this benchmark existed (the settings of data/results/cpu_seed*_metrics.jsonl: games
+stepped by 2 worker processes), with the sampler's plain sdpa attention (alfrl.attention.ENABLED = False)."""
 PLAIN_ATTENTION = "plain_attention"
 """A --set key of this script only: plain_attention=true runs that variant's rollouts with transformers' sdpa."""
 
