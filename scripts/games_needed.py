@@ -51,19 +51,19 @@ def main() -> None:
         changed = args.changed
     else:
         parser.error("give --changed or --outcomes with --after")
-    print(f"\n| gain (success points) | games for 50% power | games for 80% power |"
-          + (" evaluation of one checkpoint at 80% |" if args.seconds_per_game else ""))
-    print("|---|---|---|" + ("---|" if args.seconds_per_game else ""))
+    costed = args.seconds_per_game is not None
+    header = ["gain (success points)", "games for 50% power", "games for 80% power"]
+    print("\n| " + " | ".join(header + ["evaluation of one checkpoint at 80%"] * costed) + " |")
+    print("|" + "---|" * (len(header) + costed))
     for gain in args.gains:
         if gain > changed:
-            print(f"| {gain:.2f} | - | - |" + (" - |" if args.seconds_per_game else "")
-                  + f"  (a gain above the changed share {changed:.3f} is impossible)")
+            print(f"| {gain:.2f} | - | - |{' - |' * costed}  (a gain above the changed share {changed:.3f} is impossible)")
             continue
         half, most = games_needed(gain, changed, power=0.5), games_needed(gain, changed, power=0.8)
-        cost = f" {most * args.seconds_per_game / 3600:.1f} h |" if args.seconds_per_game and most else \
-            (" - |" if args.seconds_per_game else "")
-        print(f"| {gain:.2f} | {half or '> 20,000'} | {most or '> 20,000'} |{cost}")
-
+        row = [f"{gain:.2f}", str(half or "> 20,000"), str(most or "> 20,000")]
+        if costed:
+            row.append(f"{most * args.seconds_per_game / 3600:.1f} h" if most else "-")
+        print("| " + " | ".join(row) + " |")
 
 if __name__ == "__main__":
     main()

@@ -145,7 +145,8 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
 
 def _close(a: list[dict], b: list[dict]) -> None:
     """Equal metrics, floats within 1e-5; the sampler/trainer gap, itself float rounding (about 1e-7 here),
-    within 1e-6: the resumed run ran on another thread count, which sums in another order."""
+    within 1e-6: run "b" and its resume ran on another thread count than run "a", which sums in another
+    order."""
     assert len(a) == len(b)
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
