@@ -38,6 +38,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.evaluate` success per split and task type
 - :mod:`alfrl.eval_stats` summaries, the Wilson interval and the paired sign test
 - :mod:`alfrl.eval_report` comparison tables and figures of evaluated checkpoints
+- :mod:`alfrl.practice` difficulty profiles, a practice pool with matched controls, wins at each visit
 - :mod:`alfrl.sft`      the expert warm start
 - :mod:`alfrl.rft`      rejection-sampling fine-tuning: the winners of each group, with the warm start's loss
 - :mod:`alfrl.dpo`      preference pairs from a group, and DPO against the starting adapter

@@ -9,6 +9,8 @@ Commands:
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
   eval       success per split and task type of a model (+ adapter) on valid_seen / valid_unseen
   sft        expert warm start: fine-tune a LoRA adapter on the expert's walkthroughs
+  profile    play listed games K times each: each game's wins out of K (difficulty, or before/after practice)
+  pool       pick a practice pool and matched control games from a profile
 """
 
 from __future__ import annotations
@@ -261,6 +263,32 @@ def cmd_sft(args: argparse.Namespace) -> None:
     print(f"adapter saved to {adapter}; train from it with: python -m alfrl train --init-adapter {adapter}")
 
 
+def cmd_profile(args: argparse.Namespace) -> None:
+    from alfrl.cli import build_dataclass
+    from alfrl.practice import PROFILE, ProfileConfig, profile
+    config = build_dataclass(ProfileConfig, args)
+    lines = profile(config)
+    wins, episodes = sum(r["wins"] for r in lines), sum(r["k"] for r in lines)
+    print(f"\n{len(lines)} games, {wins}/{episodes} episodes won; per game (wins out of {config.k}):")
+    for r in sorted(lines, key=lambda r: (r["wins"], r["game_id"])):
+        print(f"  {r['wins']:>3}  {r['game_id']}")
+    print(f"profile: {Path(config.out) / PROFILE}")
+
+
+def cmd_pool(args: argparse.Namespace) -> None:
+    import json
+    from alfrl.practice import matched_pools, read_profile
+    pool = matched_pools(read_profile(args.profile), size=args.size, low=args.low, high=args.high, seed=args.seed)
+    pool["profile"] = args.profile
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(pool, indent=2) + "\n")
+    print(f"{out}: {len(pool['practice'])} practised and {len(pool['control'])} control games")
+    for name in ("practice", "control"):
+        for game, wins in zip(pool[name], pool[f"{name}_wins"]):
+            print(f"  {name:<8} {wins}/{pool['k']}  {game}")
+
+
 def _add_demo(sub: argparse._SubParsersAction, cpu: TrainConfig) -> None:
     """``python -m alfrl demo``: the expert's or the agent's game, its defaults those of ``cpu`` (the
     training settings the agent plays with)."""
@@ -335,6 +363,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sft", help="expert warm start: supervised LoRA fine-tuning on expert walkthroughs")
     add_dataclass_args(p, SFTConfig)
     p.set_defaults(func=cmd_sft)
+
+    from alfrl.practice import ProfileConfig
+    p = sub.add_parser("profile", help="each listed game's wins out of K at the rollout temperature",
+                       description="Play each game K times (the cpu preset's rollouts by default) and record its "
+                                   "wins out of K: a difficulty profile, or the before/after evaluation of "
+                                   "practised and control games.")
+    add_dataclass_args(p, ProfileConfig)
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("pool", help="pick practised and matched control games from a profile")
+    p.add_argument("--profile", required=True, help="a profile folder or its profile.jsonl")
+    p.add_argument("--out", default="data/practice/pool.json", help="the pool file to write")
+    p.add_argument("--size", type=int, default=8, help="practised games (and as many controls)")
+    p.add_argument("--low", type=float, default=1 / 8, help="lowest win rate of a pool game")
+    p.add_argument("--high", type=float, default=6 / 8, help="highest win rate of a pool game")
+    p.add_argument("--seed", type=int, default=0, help="seeds the coin that splits each matched pair")
+    p.set_defaults(func=cmd_pool)
     return parser
 
 

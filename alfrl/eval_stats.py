@@ -1,6 +1,7 @@
 """The statistics of an evaluation: success per split and task type, a Wilson interval for a success
 rate, the paired sign test between two checkpoints evaluated on the same games, and that test's
-power (how many games a gain of a given size needs before it can show).
+power (how many games a gain of a given size needs before it can show), and the permutation tests of
+the practice result: a sign-flip test on per-game differences, and practised against control games.
 
 Pure functions of the records :mod:`alfrl.evaluate` writes (one per game). Taught in notebook 06
 (the summary by hand, the interval, the paired test and, simulated, its power).
@@ -158,3 +159,68 @@ def games_needed(gain: float, changed: float, power: float = 0.8, alpha: float =
         else:
             low = mid + 1
     return high
+
+
+def _sums_distribution(values: list[float], digits: int = 9) -> dict[float, int]:
+    """How many of the 2^n sign patterns give each sum of +-values, built one value at a time (2^n patterns
+    in at most (number of distinct sums) x n steps: exact and fast when the values are multiples of 1/K)."""
+    counts: dict[float, int] = {0.0: 1}
+    for v in values:
+        grown: dict[float, int] = {}
+        for total, c in counts.items():
+            for s in (round(total + v, digits), round(total - v, digits)):
+                grown[s] = grown.get(s, 0) + c
+        counts = grown
+    return counts
+
+
+def sign_flip_test(differences: list[float], alternative: str = "greater", digits: int = 9) -> dict:
+    """The paired permutation (sign-flip) test on per-game differences after minus before: under "training
+    changed nothing" each game's difference is as likely to have either sign, so the observed sum is
+    compared with the sums of all 2^n sign patterns. Exact, by :func:`_sums_distribution`. ``alternative``:
+    "greater" (a gain), "less", or "two-sided". It needs no model of the games: a difference may be a
+    fraction of 16 samples, a single greedy win, or anything else measured per game, and the games may
+    differ as much as they like (each game is its own control). Returns n, the mean difference and p."""
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided' (got {alternative!r})")
+    if not differences:
+        raise ValueError("no differences to test")
+    observed = round(sum(differences), digits)
+    counts = _sums_distribution([abs(d) for d in differences], digits)
+    total = 2 ** len(differences)
+    tol = 10 ** -digits
+    if alternative == "greater":
+        hits = sum(c for s, c in counts.items() if s >= observed - tol)
+    elif alternative == "less":
+        hits = sum(c for s, c in counts.items() if s <= observed + tol)
+    else:
+        hits = sum(c for s, c in counts.items() if abs(s) >= abs(observed) - tol)
+    return {"n": len(differences), "mean": sum(differences) / len(differences), "p_value": hits / total}
+
+
+def two_sample_permutation_test(first: list[float], second: list[float], alternative: str = "greater") -> dict:
+    """Whether ``first``'s mean exceeds ``second``'s by more than chance: the difference of means compared
+    with that of every split of the pooled values into groups of the same sizes (exact, all C(n, m)
+    splits). For practice: each game's gain, practised games against control games; under "practice does
+    nothing beyond what every game drifts" the labels are exchangeable."""
+    from itertools import combinations
+    if not first or not second:
+        raise ValueError("both groups need at least one value")
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided' (got {alternative!r})")
+    pooled, m, total = first + second, len(first), sum(first) + sum(second)
+    n = len(pooled)
+
+    def gap(sum_first: float) -> float:
+        return sum_first / m - (total - sum_first) / (n - m)
+
+    observed = gap(sum(first))
+    gaps = [gap(sum(pooled[i] for i in chosen)) for chosen in combinations(range(n), m)]
+    tol = 1e-9
+    if alternative == "greater":
+        hits = sum(g >= observed - tol for g in gaps)
+    elif alternative == "less":
+        hits = sum(g <= observed + tol for g in gaps)
+    else:
+        hits = sum(abs(g) >= abs(observed) - tol for g in gaps)
+    return {"difference": observed, "splits": len(gaps), "p_value": hits / len(gaps)}

@@ -31,9 +31,10 @@ from alfrl.advantage import assign_advantages, batch_stats, is_degenerate, progr
 from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, save_checkpoint,
                               truncate_jsonl)
 from alfrl.dpo import FrozenAdapter, dpo_update, preference_pairs
-from alfrl.games import check_games, load_games
+from alfrl.games import check_games, load_games, shuffled
 from alfrl.models import LoraSpec, load_policy, sampling_copy, save_adapter, torch_threads
 from alfrl.plots import plot_training
+from alfrl.practice import game_wins
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
 from alfrl.rft import rft_step, winners
 from alfrl.rollout import rollout_batch
@@ -44,8 +45,15 @@ from alfrl.train_eval import EVAL_LOG, check_eval_games, drop_later_evals, eval_
 
 
 def training_games(config: TrainConfig) -> list:
-    return load_games(config.split, config.data_dir, seed=config.seed, max_expert_steps=config.max_expert_steps,
-                      max_receptacles=config.max_receptacles)
+    """The games a run trains on, in the order it plays them: the split's games after the filters, shuffled
+    by the run's seed; with ``pool``, only the pool's practised games (:mod:`alfrl.practice`), shuffled too."""
+    if config.pool is None:
+        return load_games(config.split, config.data_dir, seed=config.seed, max_expert_steps=config.max_expert_steps,
+                          max_receptacles=config.max_receptacles)
+    from alfrl.practice import read_pool, resolve_pool, select_games
+    games = select_games(config.split, config.data_dir, read_pool(resolve_pool(config.pool))["practice"],
+                         config.max_expert_steps, config.max_receptacles)
+    return shuffled(games, config.seed)
 
 
 def games_for_update(games: list, step: int, per_update: int) -> list:
@@ -326,7 +334,7 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
             **step_metrics, "optimizer_steps": optimizer_steps, "rollout_seconds": rollout_seconds,
             "update_seconds": update_seconds, "episodes_per_minute": 60 * stats["trajectories"] / max(
                 rollout_seconds + update_seconds, 1e-9), "peak_rss_gb": peak_rss_gb(),
-            "games": [g[0].game_id for g in played]}
+            "games": [g[0].game_id for g in played], "game_wins": game_wins(played)}
 
 
 def peak_rss_gb() -> float:

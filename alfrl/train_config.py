@@ -42,6 +42,10 @@ class TrainConfig:
     """Games folder (default: the committed generated games)."""
     split: str = "train"
     """Split the training games come from."""
+    pool: str | None = None
+    """Train only on a practice pool's games: a pool file made by ``python -m alfrl pool`` (e.g.
+    data/practice/pool.json; its "practice" games, never its controls), visited in turn. None: every game
+    of the split after the filters."""
     max_expert_steps: int | None = 8
     """Only games the expert solves in at most this many steps (short tasks)."""
     max_receptacles: int | None = 20
@@ -196,8 +200,18 @@ def cpu_preset(native_bf16: bool) -> dict:
                 keep_groups="win", max_groups_per_update=4, lr=1e-4, updates=10, workers=0)
 
 
+def practice_preset(native_bf16: bool) -> dict:
+    """The practice preset: the cpu preset's method and rollouts on the fixed pool of
+    data/practice/pool.json (8 games the warm start wins some of the time), 2 games an update, so every
+    game comes back every 4 updates, 5 visits in 20 updates. Every group is trained (no dynamic sampling:
+    the pool is fixed, and a group all won or all lost has zero advantage and adds no gradient anyway)."""
+    return {**cpu_preset(native_bf16), "run_dir": "runs/practice", "pool": "data/practice/pool.json",
+            "dynamic_sampling": False, "games_per_update": 2, "updates": 20}
+
+
 PRESETS: dict[str, dict] = {
     "cpu": cpu_preset(native_bf16_cpu()),
+    "practice": practice_preset(native_bf16_cpu()),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
@@ -209,7 +223,9 @@ PRESETS: dict[str, dict] = {
 groups played per update), rollouts with the adapter merged into a float32 copy, replies decoded
 speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16 or AMX) prompts read in
 bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower); about 4.5 minutes an
-update on 2 cores of such a CPU, 45 in all (see the README's learning section for what this does and does not achieve). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
+update on 2 cores of such a CPU, 45 in all (see the README's learning section for what this does and does not
+achieve). practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20
+updates (:func:`practice_preset`; notebook 06 shows what it gains on them and on matched controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
 LoRA rank 32, lr 1e-6) for a GPU."""
 
 
@@ -287,3 +303,6 @@ def check_config(config: TrainConfig) -> None:
         resolve_model(config.model)  # a local folder must hold a model; a hub id is checked when loaded
     if config.init_adapter not in (None, "", "none"):
         check_adapter(config.init_adapter, config.model)
+    if config.pool is not None:
+        from alfrl.practice import read_pool, resolve_pool
+        read_pool(resolve_pool(config.pool))

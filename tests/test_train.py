@@ -276,3 +276,20 @@ def test_dynamic_sampling_can_keep_only_groups_with_a_win_and_a_loss(monkeypatch
     invalid_only = _fake_groups(set())(None, ["x"], config.rollout(1))[0]
     invalid_only[1].invalid = 2  # rewards 0 and -0.2: a spread, but no win
     assert teaches(invalid_only, replace(config, keep_groups="spread")) and not teaches(invalid_only, config)
+
+
+def test_a_run_on_a_pool_replays_its_practised_game_and_never_a_control(tmp_path, tiny_games, expert_vs_junk):
+    from alfrl.practice import visit_curves
+    games = [g.game_id for g in tiny_games.games(SPLIT)]
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps({"practice": games[:1], "control": games[1:3]}))
+    history = train(tiny(tmp_path, tiny_games, pool=str(pool)), progress=False)
+    assert [m["games"] for m in history] == [games[:1], games[:1]]  # the practised game at every update
+    wins: dict[int, int] = {}
+    for t in read_jsonl(tmp_path / "run" / "trajectories.jsonl"):
+        wins[t["step"]] = wins.get(t["step"], 0) + t["won"]
+    assert visit_curves(history) == {games[0]: [(1, wins[1], 2), (2, wins[2], 2)]}  # the episodes' own wins
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"practice": ["no-such-game/trial_1"], "control": []}))
+    with pytest.raises(ValueError, match="not in the valid_seen split"):
+        train(tiny(tmp_path / "b", tiny_games, pool=str(bad)), progress=False)
