@@ -1,5 +1,6 @@
-"""The README's figures come from committed files: every data/results file it names exists, and its table
-of the learning signal is what scripts/signal_table.py prints from the committed metrics."""
+"""The README's and docs/'s figures come from committed files: every data/results file they name exists, the
+results page's table of the learning signal is what scripts/signal_table.py prints from the committed metrics,
+and the README stays a landing page."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
-SECTION = README[README.index("## A learning result on a CPU"):README.index("## The games")]
+DOCS = {p.name: p.read_text() for p in sorted((REPO / "docs").glob("*.md"))}
+RESULTS = DOCS["results.md"]
+SECTION = RESULTS[RESULTS.index("## A learning result on a CPU"):RESULTS.index("## Beyond GRPO")]
 
 
 def test_every_results_file_the_readme_names_exists():
-    named = set(re.findall(r"data/results/[\w.\-/]+\.\w+", README))
+    named = set(re.findall(r"data/results/[\w.\-/]+\.\w+", README + "".join(DOCS.values())))
     named |= {f"data/results/{n}" for n in re.findall(r"`([\w.\-]+\.(?:jsonl|log|md|png|json|xz))`", SECTION)
               if not n.startswith(("metrics", "trajectories", "records", "summar", "config", "plots"))}
     assert named, "the learning section names no results file"
@@ -32,3 +35,19 @@ def test_the_signal_table_is_what_the_script_prints():
     assert len(rows) == len(files)
     for line in rows:
         assert line in SECTION, f"the README's signal table differs from the script's output: {line}"
+
+
+def test_the_readme_is_a_landing_page():
+    """At most about 200 lines, the two quick-start commands, every docs page linked, no development history."""
+    assert len(README.splitlines()) <= 200
+    quick = README[README.index("## Quick start"):README.index("## The notebooks")]
+    assert re.findall(r"^bash (\S+)", quick, re.M) == ["scripts/quickstart.sh", "scripts/test.sh"]
+    for name in DOCS:
+        assert f"(docs/{name})" in README, f"the README does not link docs/{name}"
+    for text in [README, *DOCS.values()]:
+        assert not re.search(r"\b[Ii]ssue \d+|\bsessions?\b|another day's machine", text)
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README):
+        assert (REPO / target).exists(), f"the README links {target}, which does not exist"
+    for name, text in DOCS.items():
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+            assert (REPO / "docs" / target).exists(), f"docs/{name} links {target}, which does not exist"
