@@ -7,7 +7,7 @@ byte-identical for the same seed. Finished games are appended to a journal
 (``<out>/<split>/.journal.jsonl``) as they come in, so an interrupted run resumes
 where it stopped.
 
-Taught in notebook 00 and the README's "The games" (the offline generator).
+Taught in notebook 00 and docs/games.md (the offline generator).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ WARM_START = "warmstart"
 """``lora=WARM_START`` (``--init-adapter warmstart``) loads the expert warm start shipped with the
 course for the bundled model (``data/warmstart``, made by ``python -m alfrl sft``)."""
 GRPO = "grpo"
-"""``lora=GRPO`` (``--adapter grpo``) loads the warm start after the README's 12-update GRPO run,
+"""``lora=GRPO`` (``--adapter grpo``) loads the warm start after the 12-update GRPO run of docs/results.md,
 shipped with the course for the bundled model (``data/grpo``)."""
 SHIPPED = {WARM_START: ("the shipped warm start (expert SFT)", str(WARM_START_DIR.relative_to(REPO_ROOT))),
            GRPO: ("the shipped GRPO adapter (the warm start after 12 GRPO updates)", str(GRPO_DIR.relative_to(REPO_ROOT)))}

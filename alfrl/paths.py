@@ -16,7 +16,7 @@ WARM_START_DIR = REPO_ROOT / "data" / "warmstart"
 """The expert warm start for the bundled model, committed (a float16 LoRA adapter; its README says
 how it was made)."""
 GRPO_DIR = REPO_ROOT / "data" / "grpo"
-"""The warm start after the README's 12-update GRPO run (cpu preset, seed 0), committed; its README
+"""The warm start after the 12-update GRPO run of docs/results.md (cpu preset, seed 0), committed; its README
 gives the command that made it and what it does on held-out games."""
 
 

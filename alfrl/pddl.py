@@ -8,7 +8,7 @@ receptacle types present, and the goal from ALFWorld's own goal library.
 The game file itself (JSON with the domain, grammar, problem and walkthrough) is
 :mod:`alfrl.gamefile`'s; its helpers are re-exported here.
 
-Taught in notebook 00 and the README's "The games" (what a generated game holds).
+Taught in notebook 00 and docs/games.md (what a generated game holds).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ For one game we:
 Everything is drawn from ``random.Random`` seeded by (seed, split, index, attempt),
 so the same seed gives byte-identical games, whatever the number of workers.
 
-Taught in the README's "The games" (how the generator builds rooms).
+Taught in docs/games.md (how the generator builds rooms).
 """
 
 from __future__ import annotations

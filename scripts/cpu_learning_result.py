@@ -1,4 +1,4 @@
-"""The README's learning result on a CPU: the shipped warm start, then GRPO with the cpu preset,
+"""The learning result on a CPU (docs/results.md): the shipped warm start, then GRPO with the cpu preset,
 evaluated before and after with the same settings on the generated valid_unseen small rooms.
 
     python scripts/cpu_learning_result.py --seeds 0 1 --out runs/learning

@@ -5,9 +5,10 @@ and it is measured before and after on those games and on 8 matched controls it 
 
 Stages (each skipped when its output is complete, so a re-run continues where it stopped):
   before   the warm start on the 16 pool games: 16 samples a game at the rollout temperature (seed 1), and greedy
+  bare     the bare model (no adapter) on the pool games, greedy: the table's first row
   train    python -m alfrl train --preset practice --seed S --run-dir OUT/seedS (resumed if it exists)
   after    the trained adapter, measured as "before" (the same sampling seeds: common random numbers)
-  heldout  greedy on 60 held-out small rooms (data/heldout valid_unseen, as the README's learning result)
+  heldout  greedy on 60 held-out small rooms (data/heldout valid_unseen, as the learning result of docs/results.md)
   report   OUT/seedS/result.json and result.md: per-game paired sign-flip tests, practised minus control
 
 ``--stages before train`` runs only those. The wall time of each stage goes into OUT/seconds.json.
@@ -27,7 +28,7 @@ from alfrl.paths import REPO_ROOT
 from alfrl.practice import ProfileConfig, practice_result, profile, read_pool, read_profile, resolve_pool
 from alfrl.train import preset, train
 
-STAGES = ("before", "train", "after", "heldout", "report")
+STAGES = ("before", "bare", "train", "after", "heldout", "report")
 SAMPLES = 16
 WARM_HELDOUT = REPO_ROOT / "data" / "results" / "cpu_learning_lr3e-4_outcomes.jsonl"
 """The warm start's greedy outcomes on the 123 held-out small rooms, committed (paired with the 60 played here)."""
@@ -60,6 +61,10 @@ def report(out: Path, seed_dir: Path, pool: dict) -> dict:
     paired = paired_outcomes(warm, after)
     result["heldout"] = {"games": len(after), "warm_start_won": sum(r["won"] for r in warm),
                          "after_won": sum(r["won"] for r in after), **{k: paired[k] for k in ("gained", "lost", "p_value")}}
+    if (out / "bare_greedy" / "profile.jsonl").is_file():
+        bare = {r["game_id"]: r for r in read_profile(out / "bare_greedy")}
+        result["bare_greedy"] = {side: sum(bare[g]["wins"] for g in pool[key]) for side, key in
+                                 (("practised", "practice"), ("control", "control"))}
     result["visits"] = [m.get("game_wins") for m in read_jsonl(seed_dir / "run" / "metrics.jsonl")]
     (seed_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     (seed_dir / "result.md").write_text(markdown(result) + "\n")
@@ -116,6 +121,8 @@ def main() -> None:
         if stage == "before":
             timed("before", lambda: [measure(out / f"before_{m}", "warmstart", pool_file, m == "greedy")
                                      for m in ("sampled", "greedy")])
+        elif stage == "bare":
+            timed("bare", lambda: measure(out / "bare_greedy", "none", pool_file, greedy=True))
         elif stage == "train":
             config = preset("practice", run_dir=str(run), seed=args.seed, pool=pool_file)
             timed(f"train_seed{args.seed}", lambda: train(resume=run) if (run / "config.json").is_file()

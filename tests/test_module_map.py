@@ -60,7 +60,7 @@ def test_taught_modules_are_listed_by_their_notebooks():
 def test_every_module_has_a_home_in_the_course():
     """Each module's docstring names a notebook (or the README section) it belongs to."""
     for module in MODULES:
-        assert re.search(r"notebooks? \d\d|README", docstring(module)), f"alfrl.{module}'s docstring names no notebook"
+        assert re.search(r"notebooks? \d\d|README|docs/", docstring(module)), f"alfrl.{module}'s docstring names no notebook"
 
 
 def test_package_index_lists_every_module():
