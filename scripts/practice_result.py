@@ -4,12 +4,14 @@ and it is measured before and after on those games and on 8 matched controls it 
     python scripts/practice_result.py --seed 0 --out runs/practice_result
 
 Stages (each skipped when its output is complete, so a re-run continues where it stopped):
-  before   the warm start on the 16 pool games: 16 samples a game at the rollout temperature (seed 1), and greedy
+  before   the warm start on the 16 pool games: --samples episodes a game at the rollout temperature (seed 1), and greedy
   bare     the bare model (no adapter) on the pool games, greedy: the table's first row
   train    python -m alfrl train --preset practice --seed S --run-dir OUT/seedS (resumed if it exists)
   after    the trained adapter, measured as "before" (the same sampling seeds: common random numbers)
   heldout  greedy on 60 held-out small rooms (data/heldout valid_unseen, as the learning result of docs/results.md)
   report   OUT/seedS/result.json and result.md: per-game paired sign-flip tests, practised minus control
+  collect  copy what is committed into data/results/practice/ (profiles, metrics, trajectories, plots, result,
+           the example game, held-out outcomes, seconds.json): a few hundred KB
 
 ``--stages before train`` runs only those. The wall time of each stage goes into OUT/seconds.json.
 """
@@ -28,15 +30,14 @@ from alfrl.paths import REPO_ROOT
 from alfrl.practice import ProfileConfig, practice_result, profile, read_pool, read_profile, resolve_pool
 from alfrl.train import preset, train
 
-STAGES = ("before", "bare", "train", "after", "heldout", "report")
-SAMPLES = 16
+STAGES = ("before", "bare", "train", "after", "heldout", "report", "collect")
 WARM_HELDOUT = REPO_ROOT / "data" / "results" / "cpu_learning_lr3e-4_outcomes.jsonl"
 """The warm start's greedy outcomes on the 123 held-out small rooms, committed (paired with the 60 played here)."""
 
 
-def measure(out: Path, adapter: str, pool_file: str, greedy: bool) -> list[dict]:
-    """A profile of the pool's games: SAMPLES episodes at the rollout temperature, or one greedy."""
-    config = ProfileConfig(out=str(out), games=pool_file, adapter=adapter, k=1 if greedy else SAMPLES,
+def measure(out: Path, adapter: str, pool_file: str, greedy: bool, samples: int) -> list[dict]:
+    """A profile of the pool's games: ``samples`` episodes at the rollout temperature, or one greedy."""
+    config = ProfileConfig(out=str(out), games=pool_file, adapter=adapter, k=1 if greedy else samples,
                            temperature=0.0 if greedy else 0.6, seed=1, resume=True)
     return profile(config)
 
@@ -51,25 +52,84 @@ def heldout_config(out: Path, adapter: str | None = None) -> EvalConfig:
 
 
 def report(out: Path, seed_dir: Path, pool: dict) -> dict:
-    result = {"seed": seed_dir.name, "pool": pool["practice"], "control": pool["control"], "samples": SAMPLES}
+    samples = read_profile(out / "before_sampled")[0]["k"]
+    result = {"seed": seed_dir.name, "pool": pool["practice"], "control": pool["control"], "samples": samples}
     for measure_name, folder in (("sampled", "sampled"), ("greedy", "greedy")):
         result[measure_name] = practice_result(pool, read_profile(out / f"before_{folder}"),
                                                read_profile(seed_dir / f"after_{folder}"))
-    after = selected_records(heldout_config(seed_dir / "heldout"))
-    played = {r["game_id"] for r in after}
-    warm = [r for r in read_jsonl(WARM_HELDOUT) if r["checkpoint"] == "warm start" and r["game_id"] in played]
-    paired = paired_outcomes(warm, after)
-    result["heldout"] = {"games": len(after), "warm_start_won": sum(r["won"] for r in warm),
-                         "after_won": sum(r["won"] for r in after), **{k: paired[k] for k in ("gained", "lost", "p_value")}}
+    if (seed_dir / "heldout" / "records.jsonl").is_file():
+        after = selected_records(heldout_config(seed_dir / "heldout"))
+        played = {r["game_id"] for r in after}
+        warm = [r for r in read_jsonl(WARM_HELDOUT) if r["checkpoint"] == "warm start" and r["game_id"] in played]
+        paired = paired_outcomes(warm, after)
+        result["heldout"] = {"games": len(after), "warm_start_won": sum(r["won"] for r in warm),
+                             "after_won": sum(r["won"] for r in after),
+                             **{k: paired[k] for k in ("gained", "lost", "p_value")}}
     if (out / "bare_greedy" / "profile.jsonl").is_file():
         bare = {r["game_id"]: r for r in read_profile(out / "bare_greedy")}
         result["bare_greedy"] = {side: sum(bare[g]["wins"] for g in pool[key]) for side, key in
                                  (("practised", "practice"), ("control", "control"))}
+    result["example"] = example(out, seed_dir, pool)
     result["visits"] = [m.get("game_wins") for m in read_jsonl(seed_dir / "run" / "metrics.jsonl")]
     (seed_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
-    (seed_dir / "result.md").write_text(markdown(result) + "\n")
+    made_by = (f"Made by `python scripts/practice_result.py --seed {result['seed'][4:]} --samples {samples}`: the shipped "
+               "warm start before, the newest checkpoint of `--preset practice` after, on the pool of "
+               "`data/practice/pool.json`; sampled at T=0.6 with seed 1 on both sides (common random numbers), greedy "
+               "at temperature 0. p: one-sided sign-flip test on per-game differences (practised), two-sided (control), "
+               "a permutation of the practised/control labels (practised minus control), the exact sign test (held out).")
+    (seed_dir / "result.md").write_text(made_by + "\n\n" + markdown(result) + "\n")
     print(markdown(result))
     return result
+
+
+def example(out: Path, seed_dir: Path, pool: dict) -> dict | None:
+    """One practised game that training turned from lost to won, before and after, for the viewer: the greedy
+    episode if greedy play flipped, else the same branch (the same sampling seed) at the rollout temperature,
+    from the game that gained most. Written to OUT/seedS/example.jsonl.xz (two trajectories)."""
+    import lzma
+
+    def episodes(folder: Path) -> dict:
+        return {(t["game_id"], t["branch"]): t for t in read_jsonl(folder / "trajectories.jsonl")}
+    for measure_name in ("greedy", "sampled"):
+        before, after = episodes(out / f"before_{measure_name}"), episodes(seed_dir / f"after_{measure_name}")
+        gains = {g: sum(after[k]["won"] - before[k]["won"] for k in after if k[0] == g) for g in pool["practice"]}
+        for game in sorted(pool["practice"], key=lambda g: -gains[g]):
+            flipped = sorted(b for (g, b) in after if g == game and after[g, b]["won"] and not before[g, b]["won"])
+            if flipped:
+                pair = [before[game, flipped[0]], after[game, flipped[0]]]
+                with lzma.open(seed_dir / "example.jsonl.xz", "wt") as f:
+                    f.writelines(json.dumps(t) + "\n" for t in pair)
+                return {"game_id": game, "branch": flipped[0], "measure": measure_name}
+    return None
+
+
+def collect(out: Path, seed_dir: Path, seed: int) -> None:
+    """The committed copy of a seed's results, in data/results/practice/."""
+    import lzma
+    import shutil
+
+    from alfrl.eval_stats import outcomes
+    dest = REPO_ROOT / "data" / "results" / "practice"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("before_sampled", "before_greedy", "bare_greedy"):
+        if (out / name / "profile.jsonl").is_file():
+            shutil.copy(out / name / "profile.jsonl", dest / f"{name}.jsonl")
+    for name in ("after_sampled", "after_greedy"):
+        shutil.copy(seed_dir / name / "profile.jsonl", dest / f"seed{seed}_{name}.jsonl")
+    run = seed_dir / "run"
+    shutil.copy(run / "metrics.jsonl", dest / f"seed{seed}_metrics.jsonl")
+    shutil.copy(run / "plots.png", dest / f"seed{seed}_plots.png")
+    with lzma.open(dest / f"seed{seed}_trajectories.jsonl.xz", "wt") as f:
+        f.write((run / "trajectories.jsonl").read_text())
+    for name in ("result.json", "result.md", "example.jsonl.xz"):
+        if (seed_dir / name).is_file():
+            shutil.copy(seed_dir / name, dest / f"seed{seed}_{name}")
+    if (seed_dir / "heldout" / "records.jsonl").is_file():
+        records = selected_records(heldout_config(seed_dir / "heldout"))
+        (dest / f"seed{seed}_heldout_outcomes.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in outcomes(records, f"practice seed {seed}")))
+    shutil.copy(out / "seconds.json", dest / "seconds.json")
+    print(f"copied into {dest.relative_to(REPO_ROOT)}")
 
 
 def _cell(won: int, n: int) -> str:
@@ -88,7 +148,9 @@ def markdown(result: dict) -> str:
                         f"{_cell(s['after_won'], s['after_episodes'])} | {s['gain_points']:+.1f} | {p} |")
         b = r["beyond_control"]
         rows.append(f"| practised minus control | {label} | | | {b['gain_points']:+.1f} | {b['p_value']:.4f} |")
-    h = result["heldout"]
+    h = result.get("heldout")
+    if h is None:
+        return "\n".join(rows + ["", "(held-out rooms: not evaluated yet; run the heldout stage)"])
     rows.append(f"| {h['games']} held-out rooms | greedy | {_cell(h['warm_start_won'], h['games'])} | "
                 f"{_cell(h['after_won'], h['games'])} | {100 * (h['after_won'] - h['warm_start_won']) / h['games']:+.1f} "
                 f"| {h['p_value']:.3f} (sign test, {h['gained']} gained, {h['lost']} lost) |")
@@ -101,6 +163,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/practice_result")
     parser.add_argument("--pool", default="data/practice/pool.json")
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    parser.add_argument("--samples", type=int, default=16, help="episodes a game at the rollout temperature, "
+                                                                 "before and after (the same for both)")
     args = parser.parse_args()
     out, pool_file = Path(args.out), str(resolve_pool(args.pool))
     pool = read_pool(pool_file)
@@ -119,10 +183,10 @@ def main() -> None:
     run = seed_dir / "run"
     for stage in args.stages:
         if stage == "before":
-            timed("before", lambda: [measure(out / f"before_{m}", "warmstart", pool_file, m == "greedy")
+            timed("before", lambda: [measure(out / f"before_{m}", "warmstart", pool_file, m == "greedy", args.samples)
                                      for m in ("sampled", "greedy")])
         elif stage == "bare":
-            timed("bare", lambda: measure(out / "bare_greedy", "none", pool_file, greedy=True))
+            timed("bare", lambda: measure(out / "bare_greedy", "none", pool_file, True, args.samples))
         elif stage == "train":
             config = preset("practice", run_dir=str(run), seed=args.seed, pool=pool_file)
             timed(f"train_seed{args.seed}", lambda: train(resume=run) if (run / "config.json").is_file()
@@ -134,11 +198,13 @@ def main() -> None:
             adapter = str(checkpoint / "adapter")
             if stage == "after":
                 timed(f"after_seed{args.seed}", lambda: [measure(seed_dir / f"after_{m}", adapter, pool_file,
-                                                                  m == "greedy") for m in ("sampled", "greedy")])
+                                                                  m == "greedy", args.samples) for m in ("sampled", "greedy")])
             else:
                 timed(f"heldout_seed{args.seed}", lambda: evaluate(heldout_config(seed_dir / "heldout", adapter)))
-        else:
+        elif stage == "report":
             report(out, seed_dir, pool)
+        else:
+            collect(out, seed_dir, args.seed)
 
 
 if __name__ == "__main__":
