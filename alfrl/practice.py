@@ -111,15 +111,16 @@ def game_ids(games: str | None) -> list[str] | None:
         return None
     path = Path(games)
     if path.suffix == ".json" and path.is_file():
-        pool = json.loads(path.read_text())
-        return list(pool["practice"]) + list(pool["control"])
+        pool = read_pool(path)
+        return list(pool["practice"]) + list(pool.get("control", []))
     if path.is_file():
         lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
         return [line for line in lines if line]
-    if "/" in games and "," not in games and not games.count("trial_"):
-        raise FileNotFoundError(f"--games {games}: no such file; pass a file of game ids, a pool file, or ids "
-                                "separated by commas")
-    return [g.strip() for g in games.split(",") if g.strip()]
+    ids = [g.strip() for g in games.split(",") if g.strip()]
+    if not ids or not all("/trial_" in g for g in ids):  # a game id is <task folder>/trial_<...>
+        raise FileNotFoundError(f"--games {games}: no such file, and not game ids (<task>/trial_...); pass a file "
+                                "of game ids, a pool file, or ids separated by commas")
+    return ids
 
 
 def select_games(split: str, data_dir: str | None, ids: list[str] | None, max_expert_steps: int | None = None,

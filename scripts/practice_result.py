@@ -35,10 +35,11 @@ WARM_HELDOUT = REPO_ROOT / "data" / "results" / "cpu_learning_lr3e-4_outcomes.js
 """The warm start's greedy outcomes on the 123 held-out small rooms, committed (paired with the 60 played here)."""
 
 
-def measure(out: Path, adapter: str, pool_file: str, greedy: bool, samples: int) -> list[dict]:
+def measure(out: Path, adapter: str, pool_file: str, greedy: bool, samples: int, threads: int | None = None
+            ) -> list[dict]:
     """A profile of the pool's games: ``samples`` episodes at the rollout temperature, or one greedy."""
     config = ProfileConfig(out=str(out), games=pool_file, adapter=adapter, k=1 if greedy else samples,
-                           temperature=0.0 if greedy else 0.6, seed=1, resume=True)
+                           temperature=0.0 if greedy else 0.6, seed=1, resume=True, threads=threads)
     return profile(config)
 
 
@@ -129,7 +130,21 @@ def collect(out: Path, seed_dir: Path, seed: int) -> None:
         (dest / f"seed{seed}_heldout_outcomes.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in outcomes(records, f"practice seed {seed}")))
     shutil.copy(out / "seconds.json", dest / "seconds.json")
-    print(f"copied into {dest.relative_to(REPO_ROOT)}")
+    adapter = REPO_ROOT / "data" / "practice" / f"adapter_seed{seed}"
+    _half_adapter(latest_checkpoint(run) / "adapter", adapter)
+    print(f"copied into {dest.relative_to(REPO_ROOT)}; the adapter, in float16, into {adapter.relative_to(REPO_ROOT)}")
+
+
+def _half_adapter(source: Path, dest: Path) -> None:
+    """A LoRA adapter folder stored in float16, as the shipped adapters are (half the bytes; loads as float32)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source / "adapter_config.json", dest / "adapter_config.json")
+    weights = load_file(source / "adapter_model.safetensors")
+    save_file({k: v.to(torch.float16) for k, v in weights.items()}, dest / "adapter_model.safetensors")
 
 
 def _cell(won: int, n: int) -> str:
@@ -163,6 +178,7 @@ def main() -> None:
     parser.add_argument("--out", default="runs/practice_result")
     parser.add_argument("--pool", default="data/practice/pool.json")
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads of the measuring stages")
     parser.add_argument("--samples", type=int, default=16, help="episodes a game at the rollout temperature, "
                                                                  "before and after (the same for both)")
     args = parser.parse_args()
@@ -176,14 +192,16 @@ def main() -> None:
     def timed(stage: str, fn) -> None:
         tick = time.perf_counter()
         fn()
-        seconds[stage] = time.perf_counter() - tick
+        seconds_now = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}  # other stages' too
+        seconds.update({**seconds_now, stage: time.perf_counter() - tick})
         seconds_file.write_text(json.dumps(seconds, indent=1) + "\n")
         print(f"{stage}: {seconds[stage] / 60:.1f} min", flush=True)
 
     run = seed_dir / "run"
     for stage in args.stages:
         if stage == "before":
-            timed("before", lambda: [measure(out / f"before_{m}", "warmstart", pool_file, m == "greedy", args.samples)
+            timed("before", lambda: [measure(out / f"before_{m}", "warmstart", pool_file, m == "greedy", args.samples,
+                                                     args.threads)
                                      for m in ("sampled", "greedy")])
         elif stage == "bare":
             timed("bare", lambda: measure(out / "bare_greedy", "none", pool_file, True, args.samples))
