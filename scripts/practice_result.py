@@ -116,7 +116,8 @@ def collect(out: Path, seed_dir: Path, seed: int) -> None:
         if (out / name / "profile.jsonl").is_file():
             shutil.copy(out / name / "profile.jsonl", dest / f"{name}.jsonl")
     for name in ("after_sampled", "after_greedy"):
-        shutil.copy(seed_dir / name / "profile.jsonl", dest / f"seed{seed}_{name}.jsonl")
+        if (seed_dir / name / "profile.jsonl").is_file():
+            shutil.copy(seed_dir / name / "profile.jsonl", dest / f"seed{seed}_{name}.jsonl")
     run = seed_dir / "run"
     shutil.copy(run / "metrics.jsonl", dest / f"seed{seed}_metrics.jsonl")
     shutil.copy(run / "plots.png", dest / f"seed{seed}_plots.png")
@@ -129,7 +130,8 @@ def collect(out: Path, seed_dir: Path, seed: int) -> None:
         records = selected_records(heldout_config(seed_dir / "heldout"))
         (dest / f"seed{seed}_heldout_outcomes.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in outcomes(records, f"practice seed {seed}")))
-    shutil.copy(out / "seconds.json", dest / "seconds.json")
+    if (out / "seconds.json").is_file():
+        shutil.copy(out / "seconds.json", dest / "seconds.json")
     adapter = REPO_ROOT / "data" / "practice" / f"adapter_seed{seed}"
     _half_adapter(latest_checkpoint(run) / "adapter", adapter)
     print(f"copied into {dest.relative_to(REPO_ROOT)}; the adapter, in float16, into {adapter.relative_to(REPO_ROOT)}")

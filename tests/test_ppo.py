@@ -263,7 +263,9 @@ def test_summarize_steps_by_hand():
 def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_and_gradient(policy, group):
     """A trajectory ends with a tool result the model never answered: ppo_step runs each one only up to
     its last sampled token (trained_length), and its loss and gradient equal the plain computation over
-    every token (float32, within 1e-5)."""
+    every token (float32: the loss within 1e-5, the gradient's relative difference within 3e-5; the two sum
+    in another order, and 1.06e-5 was seen on one thread of a 2-core AMD EPYC with AVX512, against the
+    1e-2 or more that a wrong mask or a dropped token gives)."""
     from dataclasses import replace
 
     from alfrl.ppo import trained_length
@@ -286,4 +288,4 @@ def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_an
     loss.backward()
     plain = torch.cat([q.grad.flatten() for q in p.model.parameters() if q.grad is not None])
     assert metrics["loss"] == pytest.approx(float(loss), abs=1e-5)
-    assert float((plain - trimmed).norm() / plain.norm()) < 1e-5
+    assert float((plain - trimmed).norm() / plain.norm()) < 3e-5
