@@ -264,8 +264,7 @@ def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_an
     """A trajectory ends with a tool result the model never answered: ppo_step runs each one only up to
     its last sampled token (trained_length), and its loss and gradient equal the plain computation over
     every token (float32: the loss within 1e-5, the gradient's relative difference within 3e-5; the two sum
-    in another order, and 1.06e-5 was seen on one thread of a 2-core AMD EPYC with AVX512, against the
-    1e-2 or more that a wrong mask or a dropped token gives)."""
+    in another order, and 1.06e-5 was seen on one thread of a 2-core AMD EPYC with AVX512)."""
     from dataclasses import replace
 
     from alfrl.ppo import trained_length
