@@ -283,7 +283,7 @@ def test_a_run_on_a_pool_replays_its_practised_game_and_never_a_control(tmp_path
     games = [g.game_id for g in tiny_games.games(SPLIT)]
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps({"practice": games[:1], "control": games[1:3]}))
-    history = train(tiny(tmp_path, tiny_games, pool=str(pool)), progress=False)
+    history = train(tiny(tmp_path, tiny_games, pool=str(pool), max_new_tokens=8), progress=False)
     assert [m["games"] for m in history] == [games[:1], games[:1]]  # the practised game at every update
     wins: dict[int, int] = {}
     for t in read_jsonl(tmp_path / "run" / "trajectories.jsonl"):
