@@ -6,12 +6,12 @@ practised game during training.
 every listed game K times at the rollout temperature and writes ``OUT/profile.jsonl``: one line per game
 (its wins out of K and each branch's outcome), appended as each group ends, so ``--resume`` continues an
 interrupted profile. The same command, with ``--k 16`` or ``--temperature 0`` on a pool's games, is the
-before/after evaluation of the practice result (notebook 06).
+before/after evaluation of the practice result (``scripts/practice_result.py``).
 
 ``python -m alfrl pool --profile runs/profile/warmstart/profile.jsonl`` picks the pool: games of
 intermediate difficulty, paired by win rate, one of each pair practised and the other a control.
 
-Taught in notebook 05 (the by-visit learning curve) and notebook 06 (the practice result).
+Taught in notebook 05 (wins at each visit of a practised game).
 """
 
 from __future__ import annotations

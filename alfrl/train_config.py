@@ -225,7 +225,7 @@ speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16
 bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower); about 4.5 minutes an
 update on 2 cores of such a CPU, 45 in all (see docs/results.md for what this does and does not
 achieve). practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20
-updates (:func:`practice_preset`; notebook 06 shows what it gains on them and on matched controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
+updates (:func:`practice_preset`; scripts/practice_result.py measures what it gains on them and on matched controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
 LoRA rank 32, lr 1e-6) for a GPU."""
 
 
