@@ -104,7 +104,7 @@ def example(out: Path, seed_dir: Path, pool: dict) -> dict | None:
     return None
 
 
-def collect(out: Path, seed_dir: Path, seed: int) -> None:
+def collect(out: Path, seed_dir: Path, seed: int, pool: dict) -> None:
     """The committed copy of a seed's results, in data/results/practice/."""
     import lzma
     import shutil
@@ -112,17 +112,20 @@ def collect(out: Path, seed_dir: Path, seed: int) -> None:
     from alfrl.eval_stats import outcomes
     dest = REPO_ROOT / "data" / "results" / "practice"
     dest.mkdir(parents=True, exist_ok=True)
+    def complete(profile: Path) -> bool:  # every pool game measured (an interrupted stage is not copied)
+        return profile.is_file() and len(read_profile(profile)) == len(pool["practice"]) + len(pool["control"])
     for name in ("before_sampled", "before_greedy", "bare_greedy"):
-        if (out / name / "profile.jsonl").is_file():
+        if complete(out / name / "profile.jsonl"):
             shutil.copy(out / name / "profile.jsonl", dest / f"{name}.jsonl")
     for name in ("after_sampled", "after_greedy"):
-        if (seed_dir / name / "profile.jsonl").is_file():
+        if complete(seed_dir / name / "profile.jsonl"):
             shutil.copy(seed_dir / name / "profile.jsonl", dest / f"seed{seed}_{name}.jsonl")
     run = seed_dir / "run"
     shutil.copy(run / "metrics.jsonl", dest / f"seed{seed}_metrics.jsonl")
     shutil.copy(run / "plots.png", dest / f"seed{seed}_plots.png")
     with lzma.open(dest / f"seed{seed}_trajectories.jsonl.xz", "wt") as f:
         f.write((run / "trajectories.jsonl").read_text())
+    (dest / f"seed{seed}_visits.md").write_text(visits_markdown(read_jsonl(run / "metrics.jsonl"), seed) + "\n")
     for name in ("result.json", "result.md", "example.jsonl.xz"):
         if (seed_dir / name).is_file():
             shutil.copy(seed_dir / name, dest / f"seed{seed}_{name}")
@@ -135,6 +138,27 @@ def collect(out: Path, seed_dir: Path, seed: int) -> None:
     adapter = REPO_ROOT / "data" / "practice" / f"adapter_seed{seed}"
     _half_adapter(latest_checkpoint(run) / "adapter", adapter)
     print(f"copied into {dest.relative_to(REPO_ROOT)}; the adapter, in float16, into {adapter.relative_to(REPO_ROOT)}")
+
+
+def visits_markdown(metrics: list[dict], seed: int) -> str:
+    """Each practised game's wins out of K at every visit, the batch's, and the run's time, as Markdown."""
+    from alfrl.plots import short_game_name
+    from alfrl.practice import visit_curves
+    curves = visit_curves(metrics)
+    most = max(len(v) for v in curves.values())
+    rows = ["| game | " + " | ".join(f"visit {i}" for i in range(1, most + 1)) + " |",
+            "|---|" + "---|" * most]
+    for game, visits in sorted(curves.items(), key=lambda kv: kv[1][0][1]):
+        rows.append(f"| {short_game_name(game)} | " + " | ".join(f"{w}/{k}" for _, w, k in visits) + " |")
+    totals = [(sum(v[i][1] for v in curves.values() if len(v) > i), sum(v[i][2] for v in curves.values() if len(v) > i))
+              for i in range(most)]
+    rows.append("| all | " + " | ".join(f"{w}/{n} ({100 * w / n:.0f}%)" for w, n in totals) + " |")
+    rollout = sum(m["rollout_seconds"] for m in metrics) / 60
+    update = sum(m["update_seconds"] for m in metrics) / 60
+    peak = max(m.get("peak_rss_gb", 0) for m in metrics)
+    return ("\n".join(rows) + f"\n\nSeed {seed}, {len(metrics)} updates: {rollout + update:.1f} minutes of training "
+            f"({rollout:.1f} of rollouts, {update:.1f} of updates: the sums of `rollout_seconds` and `update_seconds` "
+            f"in `seed{seed}_metrics.jsonl`), peak memory {peak:.1f} GB.")
 
 
 def _half_adapter(source: Path, dest: Path) -> None:
@@ -224,7 +248,7 @@ def main() -> None:
         elif stage == "report":
             report(out, seed_dir, pool)
         else:
-            collect(out, seed_dir, args.seed)
+            collect(out, seed_dir, args.seed, pool)
 
 
 if __name__ == "__main__":
