@@ -210,9 +210,11 @@ def practice_preset(native_bf16: bool) -> dict:
             "dynamic_sampling": False, "games_per_update": 2, "updates": 20}
 
 
+_NATIVE_BF16 = native_bf16_cpu()  # read /proc/cpuinfo once, for both CPU presets
+
 PRESETS: dict[str, dict] = {
-    "cpu": cpu_preset(native_bf16_cpu()),
-    "practice": practice_preset(native_bf16_cpu()),
+    "cpu": cpu_preset(_NATIVE_BF16),
+    "practice": practice_preset(_NATIVE_BF16),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
