@@ -31,7 +31,8 @@ NOTEBOOKS = [
     ("05_ppo_loop.ipynb", {"train": True, "preset": "cpu", "run_dir": TMP_RUN_DIR, "split": "valid_seen", "updates": 1,
                            "dynamic_sampling": False,
                            "games_per_update": 1, "k": 2, "max_steps": 1, "max_new_tokens": 8, "workers": 0,
-                           "extra_updates": 0, "live_plots": False}),
+                           "extra_updates": 0, "live_plots": False,
+                           "inline_updates": 1, "inline_k": 2, "inline_max_steps": 1, "inline_pool": None}),
     ("06_evaluation.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_unseen", "limit": 2,
                              "max_steps": 2, "max_new_tokens": 12, "batch": 2, "out_dir": TMP_RUN_DIR,
                              "evaluate_base": True, "interactive": False}),
@@ -63,6 +64,16 @@ def notebook_definitions(name: str, wanted: str, namespace: dict | None = None) 
     raise AssertionError(f"{name} has no code cell defining {wanted!r}")
 
 
+def _outputs():
+    """scripts/notebook_outputs.py, which makes an executed notebook lean and checks a committed one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("notebook_outputs", NOTEBOOK_DIR.parent / "scripts" / "notebook_outputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.parametrize("name", [n for n, _ in NOTEBOOKS])
 def test_notebook_is_clean(name):
     """A `parameters` cell for papermill, and no stored outputs (CI runs them; diffs stay small)."""
@@ -74,6 +85,38 @@ def test_notebook_is_clean(name):
              if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
     assert not dirty, f"cells {dirty} store outputs: clear them (python scripts/new_notebook.py clean {name})"
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+
+
+def test_lean_keeps_what_a_page_shows_and_drops_the_machine(tmp_path):
+    """An executed notebook made lean: a progress bar's last state, paths relative to the repository,
+    a widget's text fallback without its model, every code cell stamped; problems() then finds nothing,
+    and finds an edit, an error and an absolute path."""
+    outputs = _outputs()
+    root = tmp_path / "repo"
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}, "papermill": {"x": 1},
+                                            "widgets": {"state": {}}})
+    code = nbformat.v4.new_code_cell("print(1)", execution_count=1, metadata={"papermill": {}, "execution": {}})
+    code.outputs = [nbformat.v4.new_output("stream", name="stderr", text="bar 10%\rbar 50%\rbar 100%\ndone\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text=f"wrote {root}/runs/x.json\n"),
+                    nbformat.v4.new_output("display_data", data={outputs.WIDGET: {"model_id": "m"},
+                                                                  "text/plain": "Tab(...)"})]
+    nb.cells = [nbformat.v4.new_markdown_cell("# t"), code]
+    lean = outputs.lean(nb, root)
+    assert "papermill" not in lean.metadata and "widgets" not in lean.metadata
+    assert set(code.metadata) == {"alfrl_source"}
+    assert [o.get("text") for o in code.outputs[:2]] == ["bar 100%\ndone\n", "wrote runs/x.json\n"]
+    assert code.outputs[2].data == {"text/plain": "Tab(...)"}
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(lean, path)
+    assert outputs.problems(path) == []
+    code.source = "print(2)"
+    code.outputs.append(nbformat.v4.new_output("error", ename="ValueError", evalue="bad", traceback=[]))
+    code.outputs.append(nbformat.v4.new_output("stream", name="stdout", text="/home/me/alfrl/data\n"))
+    nbformat.write(lean, path)
+    found = outputs.problems(path)
+    assert len(found) == 3 and "edited after the run" in found[0] and "ValueError" in found[1]
+    assert "absolute path" in found[2]
 
 
 @pytest.mark.parametrize("name,parameters", NOTEBOOKS, ids=[n for n, _ in NOTEBOOKS])
@@ -243,7 +286,26 @@ def test_nb04_rewards_and_advantages_match_alfrl_advantage():
 
 
 # --- 05_ppo_loop: its exercises (the clipped loss, which tokens stop pulling) are checked against
-# alfrl.ppo in tests/test_exercises_nb05.py; the smoke run above trains one real update -------------
+# alfrl.ppo in tests/test_exercises_nb05.py; the loop written out is alfrl.train's first update -------
+
+def test_nb05_train_by_hand_is_alfrl_trains_first_update(tmp_path):
+    """The outer loop the learner reads (play, reward, advantage, clipped loss, step) and alfrl.train,
+    from the same config in float32: the same games and seeds, so the same wins, loss and gradient norm."""
+    import torch
+
+    import alfrl.train
+
+    train_by_hand = notebook_definitions("05_ppo_loop.ipynb", "train_by_hand", {"torch": torch})["train_by_hand"]
+    config = alfrl.train.preset("practice", run_dir=str(tmp_path / "run"), games_per_update=1, k=4, max_steps=6,
+                                updates=1, bf16=False, log="none", seed=0)  # its first group: 1 win, 3 losses
+    by_hand = train_by_hand(config, 1)[0]
+    package = alfrl.train.train(config, progress=False)[0]
+    assert by_hand["loss"] is not None, "the game's group had no reward spread: pick another seed"
+    assert by_hand["episodes"] == package["trajectories"] == 4
+    assert by_hand["won"] == round(package["success"] * 4)
+    assert by_hand["trajectories_trained"] == package["trajectories_trained"]
+    assert by_hand["loss"] == pytest.approx(package["loss"], rel=1e-4, abs=1e-6)
+    assert by_hand["grad_norm"] == pytest.approx(package["grad_norm"], rel=1e-4)
 
 
 # --- 06_evaluation: the notebook's groupby summary is alfrl.evaluate.summarize --------------------
