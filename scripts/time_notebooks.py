@@ -4,11 +4,13 @@ table of wall time and peak memory (the README's course map quotes it).
     .venv/bin/python scripts/time_notebooks.py                 # all notebooks, in order
     .venv/bin/python scripts/time_notebooks.py 05 06           # some of them
     .venv/bin/python scripts/time_notebooks.py --out /tmp/nb   # keep the executed copies there
+    .venv/bin/python scripts/time_notebooks.py --write         # and store their outputs in notebooks/ (to commit)
 
 Each notebook runs in a fresh process (papermill, kernel python3, working directory notebooks/), so
 its peak memory is its own: the largest resident set of that process and its kernel. Run it on an
 idle machine: two heavy jobs on 2 cores distort every figure. A notebook that fails is reported as
-such, with its error, and the others still run.
+such, with its error, and the others still run. With ``--write`` every notebook that ran is written back
+into notebooks/ with its outputs, made lean by scripts/notebook_outputs.py (what the repository page shows).
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("only", nargs="*", help="notebook number prefixes, e.g. 00 05 (default: all)")
     parser.add_argument("--out", help="folder for the executed notebooks (default: a temporary folder)")
+    parser.add_argument("--write", action="store_true",
+                        help="store each notebook that ran, with its outputs (lean), in notebooks/")
     args = parser.parse_args()
     notebooks = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")
                        if not args.only or p.name[:2] in args.only)
@@ -67,6 +71,12 @@ def main() -> None:
         r = rows[-1]
         print(f"  {r['wall_s']:.0f} s, peak {r['peak_mb']:.0f} MB" + (f", FAILED: {r['error']}" if r["error"] else ""),
               flush=True)
+        if args.write and not r["error"]:
+            import nbformat
+
+            from notebook_outputs import lean
+            nbformat.write(lean(nbformat.read(out_dir / notebook.name, as_version=4)), notebook)
+            print(f"  outputs stored in {notebook.relative_to(ROOT)} ({notebook.stat().st_size / 1e6:.2f} MB)")
     print(f"\n| notebook | wall time | peak memory | within {BUDGET_S // 60} min |\n|---|---|---|---|")
     for r in rows:
         minutes, seconds = divmod(round(r["wall_s"]), 60)
