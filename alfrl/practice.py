@@ -11,7 +11,8 @@ before/after evaluation of the practice result (``scripts/practice_result.py``).
 ``python -m alfrl pool --profile runs/profile/warmstart/profile.jsonl`` picks the pool: games of
 intermediate difficulty, paired by win rate, one of each pair practised and the other a control.
 
-Taught in notebook 05 (wins at each visit of a practised game).
+Taught in notebooks 05 (wins at each visit of a practised game) and 06 (the profile, the pool and
+its before/after result).
 """
 
 from __future__ import annotations
