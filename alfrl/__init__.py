@@ -34,12 +34,13 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.plots`    a run's training curves (plots.png)
 - :mod:`alfrl.train_eval` evaluation on held-out games during training (``--eval-every``)
 - :mod:`alfrl.tracking` experiment tracking (``--log``): TensorBoard, W&B, SwanLab beside metrics.jsonl
-- :mod:`alfrl.rundir`   one policy for output folders (train, eval, sft): overwrite, resume, refuse
+- :mod:`alfrl.rundir`   one policy for output folders (train, eval, dagger, sft): overwrite, resume, refuse
 - :mod:`alfrl.evaluate` success per split and task type
 - :mod:`alfrl.eval_stats` summaries, the Wilson interval and the paired sign test
 - :mod:`alfrl.eval_report` comparison tables and figures of evaluated checkpoints
 - :mod:`alfrl.practice` difficulty profiles, a practice pool with matched controls, wins at each visit
 - :mod:`alfrl.sft`      the expert warm start
+- :mod:`alfrl.dagger`   DAgger: the expert labels the states the policy reaches; fine-tune on them, round after round
 - :mod:`alfrl.rft`      rejection-sampling fine-tuning: the winners of each group, with the warm start's loss
 - :mod:`alfrl.dpo`      preference pairs from a group, and DPO against the starting adapter
 - :mod:`alfrl.cli`      dataclass configs as ``python -m alfrl`` flags

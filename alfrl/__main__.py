@@ -9,6 +9,7 @@ Commands:
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
   eval       success per split and task type of a model (+ adapter) on valid_seen / valid_unseen
   sft        expert warm start: fine-tune a LoRA adapter on the expert's walkthroughs
+  dagger     play, let the expert label the states reached, fine-tune on them, round after round
   profile    play listed games K times each: each game's wins out of K (difficulty, or before/after practice)
   pool       pick a practice pool and matched control games from a profile
 """
@@ -263,6 +264,15 @@ def cmd_sft(args: argparse.Namespace) -> None:
     print(f"adapter saved to {adapter}; train from it with: python -m alfrl train --init-adapter {adapter}")
 
 
+def cmd_dagger(args: argparse.Namespace) -> None:
+    from alfrl.cli import build_dataclass
+    from alfrl.dagger import DaggerConfig, dagger
+    config = build_dataclass(DaggerConfig, args)
+    adapter = dagger(config)
+    print(f"adapter saved to {adapter}; per round: {config.out}/metrics.jsonl; "
+          f"evaluate it with: python -m alfrl eval --adapter {adapter}")
+
+
 def cmd_profile(args: argparse.Namespace) -> None:
     from alfrl.cli import build_dataclass
     from alfrl.practice import PROFILE, ProfileConfig, profile
@@ -364,6 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataclass_args(p, SFTConfig)
     p.set_defaults(func=cmd_sft)
 
+    from alfrl.dagger import DaggerConfig
+    p = sub.add_parser("dagger", help="DAgger: the expert labels the states the policy reaches; fine-tune on them",
+                       description="Each round: the policy plays new train games, the expert labels every state "
+                                   "it reached, and the adapter is fine-tuned on the expert's walkthroughs and all "
+                                   "labels so far. --resume continues an interrupted run.")
+    add_dataclass_args(p, DaggerConfig)
+    p.set_defaults(func=cmd_dagger)
+
     from alfrl.practice import ProfileConfig
     p = sub.add_parser("profile", help="each listed game's wins out of K at the rollout temperature",
                        description="Play each game K times (the cpu preset's rollouts by default) and record its "
@@ -394,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         print("\ninterrupted; finished work is kept (generate resumes from its journal, train from its last "
-              "checkpoint with --resume)", file=sys.stderr)
+              "checkpoint with --resume, dagger from its last game)", file=sys.stderr)
         sys.exit(130)
 
 

@@ -1,8 +1,9 @@
-"""Output folders: one policy for ``python -m alfrl train`` (run directories), ``eval`` (result folders)
-and ``sft``.
+"""Output folders: one policy for ``python -m alfrl train`` (run directories), ``eval`` (result folders),
+``dagger`` and ``sft``.
 
 Each command marks its folder with the ``config.json`` it writes there first: a training run's holds
-``run_dir``, an evaluation's ``out`` and ``resume``, another command's (sft) ``out`` only. The policy:
+``run_dir``, a DAgger run's ``out`` and ``games_per_round``, an evaluation's ``out`` and ``resume``,
+another command's (sft) ``out`` only. The policy:
 
 * a missing or empty folder is created, and so is a folder holding nothing but its own command's
   ``config.json`` (a start that failed before doing any work);
@@ -20,15 +21,17 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-TRAIN, EVAL, RUN, FOREIGN = "train", "eval", "run", "foreign"
-"""Kinds of folder: a training run, an evaluation, another command's output (sft), none of these."""
+TRAIN, EVAL, DAGGER, RUN, FOREIGN = "train", "eval", "dagger", "run", "foreign"
+"""Kinds of folder: a training run, an evaluation, a DAgger run, another command's output (sft), none of these."""
 CONFIG = "config.json"
 
 WHAT = {TRAIN: "a training run directory (python -m alfrl train)",
         EVAL: "an evaluation folder (python -m alfrl eval)",
+        DAGGER: "a DAgger run folder (python -m alfrl dagger)",
         RUN: "the output folder of another alfrl command (python -m alfrl sft)",
         FOREIGN: "not a folder any alfrl command wrote (no alfrl config.json in it)"}
-NOUN = {TRAIN: "training run directory", EVAL: "evaluation folder", RUN: "folder of its own command"}
+NOUN = {TRAIN: "training run directory", EVAL: "evaluation folder", DAGGER: "DAgger run folder",
+        RUN: "folder of its own command"}
 
 
 class RunDirError(FileExistsError):
@@ -59,7 +62,7 @@ def folder_kind(folder: str | Path) -> str | None:
     if "run_dir" in config:
         return TRAIN
     if "out" in config:
-        return EVAL if "resume" in config else RUN
+        return DAGGER if "games_per_round" in config else EVAL if "resume" in config else RUN
     return FOREIGN
 
 
@@ -85,6 +88,8 @@ _REFUSE_SAME = {
            "another {flag}, or pass --overwrite to replace it",
     EVAL: "{path} already holds evaluation results; pass --resume to continue them, --overwrite to replace "
           "them, or choose another {flag}",
+    DAGGER: "{path} already holds a DAgger run; pass --resume to continue it, --overwrite to replace it, "
+            "or choose another {flag}",
     RUN: "{path} already exists and is not empty; choose another {flag}, or pass --overwrite to replace it",
 }
 

@@ -133,6 +133,40 @@ def nll_loss(model, trajectories: list[Trajectory], micro_batch_tokens: int = 40
     return loss_sum / total, total
 
 
+def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=None, progress: bool = True,
+        desc: str = "sft") -> int:
+    """``config.epochs`` passes of Adam over ``examples`` (anything with ``tokens`` and ``mask``: the
+    loss is on mask-1 tokens), ``config.batch_size`` at a time in a seeded order; every step's metrics
+    are appended to ``metrics_file``. Returns the steps taken."""
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=config.lr)
+    order = random.Random(config.seed)
+    steps_per_epoch = -(-len(examples) // config.batch_size)
+    bar = tqdm(total=config.epochs * steps_per_epoch, desc=desc, unit="step", disable=not progress)
+    policy.model.train()
+    step = 0
+    for epoch in range(config.epochs):
+        shuffled = list(examples)
+        order.shuffle(shuffled)
+        for start in range(0, len(shuffled), config.batch_size):
+            tick = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
+                                    config.micro_batch_tokens, bf16=config.bf16)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+            optimizer.step()
+            step += 1
+            metrics = {"step": step, "epoch": epoch, "loss": loss, "tokens": tokens, "grad_norm": grad_norm,
+                       "seconds": time.perf_counter() - tick}
+            append_jsonl(metrics_file, [metrics])
+            if trackers is not None:
+                trackers.log(metrics, step)
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3f}")
+    bar.close()
+    return step
+
+
 def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     """Render the expert trajectories, fine-tune the adapter on them, save it; returns the adapter dir."""
     config = config or SFTConfig()
@@ -155,30 +189,6 @@ def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool) ->
     won = sum(t.won for t in trajectories)
     if won < len(trajectories):
         print(f"note: {len(trajectories) - won} expert trajectories were cut by the step or token limit")
-    params = [p for p in policy.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=config.lr)
-    order = random.Random(config.seed)
-    steps_per_epoch = -(-len(trajectories) // config.batch_size)
-    bar = tqdm(total=config.epochs * steps_per_epoch, desc="sft", unit="step", disable=not progress)
-    policy.model.train()
-    step = 0
     with Trackers(trackers_wanted, out, asdict(config)) as trackers:
-        for epoch in range(config.epochs):
-            shuffled = list(trajectories)
-            order.shuffle(shuffled)
-            for start in range(0, len(shuffled), config.batch_size):
-                tick = time.perf_counter()
-                optimizer.zero_grad(set_to_none=True)
-                loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
-                                        config.micro_batch_tokens, bf16=config.bf16)
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
-                optimizer.step()
-                step += 1
-                metrics = {"step": step, "epoch": epoch, "loss": loss, "tokens": tokens, "grad_norm": grad_norm,
-                           "seconds": time.perf_counter() - tick}
-                append_jsonl(out / "metrics.jsonl", [metrics])
-                trackers.log(metrics, step)
-                bar.update()
-                bar.set_postfix(loss=f"{loss:.3f}")
-        bar.close()
+        fit(policy, trajectories, config, out / "metrics.jsonl", trackers, progress)
     return save_adapter(policy, out / "adapter", dtype=config.save_dtype)

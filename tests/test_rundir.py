@@ -12,7 +12,7 @@ import pytest
 
 from alfrl.checkpoint import prepare_run_dir
 from alfrl.evaluate import EvalConfig, evaluate
-from alfrl.rundir import EVAL, FOREIGN, RUN, TRAIN, RunDirError, folder_kind, prepare_output_dir
+from alfrl.rundir import DAGGER, EVAL, FOREIGN, RUN, TRAIN, RunDirError, folder_kind, prepare_output_dir
 from alfrl.train import TrainConfig, train
 
 from conftest import REPO_ROOT
@@ -108,6 +108,15 @@ def test_folder_kinds(tmp_path):
     (tmp_path / "sft").mkdir()
     (tmp_path / "sft" / "config.json").write_text(json.dumps({"out": "runs/sft", "epochs": 2}))
     assert folder_kind(tmp_path / "sft") == RUN
+    from alfrl.dagger import DaggerConfig
+    (tmp_path / "dagger").mkdir()
+    (tmp_path / "dagger" / "config.json").write_text(json.dumps(asdict(DaggerConfig())))
+    assert folder_kind(tmp_path / "dagger") == DAGGER
+    (tmp_path / "dagger" / "metrics.jsonl").write_text("")
+    with pytest.raises(RunDirError, match="already holds a DAgger run; pass --resume"):
+        prepare_output_dir(tmp_path / "dagger", DAGGER)
+    with pytest.raises(RunDirError, match="is a DAgger run folder"):
+        prepare_output_dir(tmp_path / "dagger", EVAL, resume=True)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "config.json").write_text("{not json")
     assert folder_kind(tmp_path / "mine") == FOREIGN

@@ -1,0 +1,394 @@
+"""DAgger: the expert labels the states the policy reaches itself, and the warm start learns from them.
+
+A warm start cloned from the expert's walkthroughs has only seen the states the expert passes
+through. Its first mistake (the wrong receptacle, the wrong object) takes it somewhere the
+expert never was, where it has no example to copy, so one error leads to the next. DAgger
+(Ross, Gordon and Bagnell, 2011) closes that gap: play the current policy, ask the expert what
+it would do in every state the policy visited, add those labels to the data and fine-tune
+again. ALFWorld's handcoded expert can answer from any state: it searches receptacles in an
+order set by the object's type and remembers what it saw, so it can be driven along the
+policy's own actions (:func:`expert_labels`).
+
+A labelled turn becomes a training sequence: the policy's own conversation up to that turn,
+then the expert's reply, the loss on the expert's tokens only (:func:`dagger_examples`). Where
+the policy already did what the expert would, its own reply is the target, in place.
+
+``python -m alfrl dagger --out runs/dagger --rounds 2 --games-per-round 64`` plays, labels and
+fine-tunes round after round (``--resume`` continues an interrupted run), writing
+``OUT/round_NN/adapter`` and one line per round to ``OUT/metrics.jsonl``.
+
+Taught in notebook 06 (why imitating an expert is not enough).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from alfrl.checkpoint import append_jsonl, read_jsonl
+from alfrl.expert import MAX_EXPERT_STEPS, _move_as_put
+from alfrl.models import BUNDLED
+from alfrl.protocol import ChatFormat
+from alfrl.scripted import tool_call
+from alfrl.sft import fit
+from alfrl.trajectory import Trajectory
+
+
+class ExpertOracle:
+    """ALFWorld's handcoded expert, kept beside a game that someone else plays: ``label`` is the
+    expert's action in the current state, and ``step(action)`` plays any action (the policy's own)
+    while the expert watches its outcome as if it had chosen it, so it knows what was seen and what
+    is held. ``label`` is None once the expert has given up (no subgoal left, or past its step limit)
+    or the game is won."""
+
+    def __init__(self, game_file: str | Path, seed: int = 0, engine=None):
+        from alfworld.agents.expert import HandCodedTWAgent
+
+        from alfrl.engine import make_fast_engine
+
+        self.engine = engine or make_fast_engine(facts=True)
+        random.seed(seed)  # the expert breaks ties with the global random, as in alfrl.expert.solve
+        self.engine.load(str(game_file))
+        self.state = self.engine.reset()
+        self.expert = HandCodedTWAgent(max_steps=MAX_EXPERT_STEPS)
+        self.expert.reset(str(game_file))
+        _move_as_put(self.expert.policy)
+        self.expert.observe(self.state["feedback"])
+        self.label: str | None = "look"  # the expert's first command, as in its walkthroughs
+        self.won = False
+
+    def step(self, action: str | None) -> bool:
+        """Play ``action``; False (and nothing changes, the label included) when it is None or not
+        admissible, as the env treats it."""
+        if self.won or action is None or action.strip() not in self.state["admissible_commands"]:
+            return False
+        action = action.strip()
+        self.state, _, _ = self.engine.step(action)
+        self.won = bool(self.state["won"])
+        if self.won or self.label is None:
+            self.label = None
+            return True
+        try:
+            label = self.expert.act(self.state, 0, self.won, action)
+        except Exception:  # HandCodedAgentFailed / HandCodedAgentTimeout: it has nothing left to try
+            self.label = None
+            return True
+        # what alfrl.expert.solve (and ALFWorld's AlfredExpert) does with an inadmissible pick
+        self.label = label if label in self.state["admissible_commands"] else "look"
+        return True
+
+
+def expert_labels(game_file: str | Path, actions: list[str | None], seed: int = 0, engine=None) -> list[str | None]:
+    """The expert's action in each state a list of actions passes through: ``labels[t]`` is what the
+    expert would do before ``actions[t]``, for every t (:class:`ExpertOracle` driven along them).
+
+    An action that is None (a reply that broke the format) or not admissible changes nothing, so the
+    next label is the same. With ``actions`` the expert's own walkthrough (solved with the same
+    ``seed``), the labels are that walkthrough.
+    """
+    oracle = ExpertOracle(game_file, seed, engine)
+    labels: list[str | None] = []
+    for action in actions:
+        labels.append(oracle.label)
+        oracle.step(action)
+    return labels
+
+
+def expert_finish(game_file: str | Path, actions: list[str | None], seed: int = 0, max_steps: int = 50,
+                  engine=None) -> list[str] | None:
+    """The expert's own actions from the state ``actions`` lead to, until it wins (returned), or None
+    if it gives up or needs more than ``max_steps``: whether that state could still be won."""
+    oracle = ExpertOracle(game_file, seed, engine)
+    for action in actions:
+        oracle.step(action)
+    finish: list[str] = []
+    while not oracle.won:
+        if oracle.label is None or len(finish) >= max_steps:
+            return None
+        finish.append(oracle.label)
+        oracle.step(oracle.label)
+    return finish
+
+
+@dataclass
+class Example:
+    """A sequence to learn from: tokens, and the spans ``[start, end)`` whose tokens are the targets."""
+
+    game_id: str
+    tokens: list[int]
+    spans: list[tuple[int, int]]
+    turns: list[int] = field(default_factory=list)
+    """The turn each span labels."""
+
+    @property
+    def mask(self) -> list[int]:
+        mask = [0] * len(self.tokens)
+        for start, end in self.spans:
+            mask[start:end] = [1] * (end - start)
+        return mask
+
+    def to_json(self) -> dict:
+        return {"game_id": self.game_id, "tokens": self.tokens, "spans": [list(s) for s in self.spans],
+                "turns": self.turns}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Example":
+        return cls(data["game_id"], data["tokens"], [tuple(s) for s in data["spans"]], data.get("turns", []))
+
+
+def reply_spans(mask: list[int]) -> list[tuple[int, int]]:
+    """The runs of 1s in a trajectory's mask: one ``[start, end)`` per reply, in turn order."""
+    spans, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+def dagger_examples(trajectory: Trajectory, labels: list[str | None], fmt: ChatFormat,
+                    max_branches: int | None = None, seed: int = 0) -> list[Example]:
+    """The training sequences from one played trajectory and the expert's label at each of its turns.
+
+    The first is the trajectory itself with the loss on the replies that are exactly the expert's
+    reply to the same state (none may be). Every other labelled turn gives a branch: the
+    conversation up to that reply, then the expert's reply (its tool call and the end-of-turn
+    token), the loss on that reply only. ``max_branches`` keeps a seeded sample of the branches
+    (each costs a sequence as long as its history). Turns labelled None give nothing.
+    """
+    spans = reply_spans(trajectory.mask)
+    if len(spans) != len(trajectory.turns) or len(labels) != len(trajectory.turns):
+        raise ValueError(f"{trajectory.game_id}: {len(trajectory.turns)} turns, {len(spans)} replies in the mask "
+                         f"and {len(labels)} labels; they must match")
+    end_of_turn = fmt.encode(fmt.closing)[0]
+    tokens = trajectory.tokens
+    own, branches = Example(trajectory.game_id, tokens, []), []
+    for turn, ((start, end), label) in enumerate(zip(spans, labels)):
+        if label is None:
+            continue
+        target = fmt.encode(tool_call(label)) + [end_of_turn]
+        if tokens[start:end] == target:
+            own.spans.append((start, end))
+            own.turns.append(turn)
+        else:
+            branches.append(Example(trajectory.game_id, tokens[:start] + target,
+                                    [(start, start + len(target))], [turn]))
+    if max_branches is not None and len(branches) > max_branches:
+        keep = sorted(random.Random(f"{seed}/{trajectory.game_id}/{trajectory.branch}").sample(
+            range(len(branches)), max_branches))
+        branches = [branches[i] for i in keep]
+    return ([own] if own.spans else []) + branches
+
+
+def agreement(trajectory: Trajectory, labels: list[str | None]) -> tuple[int, int]:
+    """(turns whose action is the expert's label, labelled turns): how often the policy already does
+    what the expert would."""
+    labelled = [(t.action, label) for t, label in zip(trajectory.turns, labels) if label is not None]
+    return sum(action is not None and action.strip() == label for action, label in labelled), len(labelled)
+
+
+@dataclass
+class DaggerConfig:
+    """DAgger's settings; each field is a ``--flag`` of ``python -m alfrl dagger``."""
+
+    out: str = "runs/dagger"
+    """Run folder: config.json, metrics.jsonl (one line per round), round_NN/{labelled.jsonl, adapter}."""
+    resume: bool = False
+    """Continue the run in --out: finished rounds are kept, an unfinished one goes on from its last game."""
+    overwrite: bool = False
+    """Replace an existing run folder instead of refusing."""
+    model: str = BUNDLED
+    """A hub id, a local model directory, or "bundled"."""
+    device: str = "auto"
+    """"auto" (a CUDA GPU if there is one, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
+    dtype: str = "auto"
+    """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16"."""
+    init_adapter: str | None = "warmstart"
+    """The policy of the first round: a saved adapter (a folder, or a shipped one: "warmstart"); None: a fresh one."""
+    data_dir: str | None = None
+    """Games folder (default: the committed generated games)."""
+    split: str = "train"
+    """Split the games come from (never an evaluation split)."""
+    rounds: int = 2
+    """Rounds of play, label, aggregate and fine-tune."""
+    games_per_round: int = 64
+    """Games the policy plays each round, one episode each, new games every round."""
+    expert_games: int = 150
+    """Expert walkthroughs in the aggregate from the start (the behaviour-cloning data; 0: none)."""
+    max_expert_steps: int | None = None
+    """Only walkthroughs of at most this many steps among the expert games."""
+    max_receptacles: int | None = None
+    """Only rooms with at most this many receptacles (played and expert games alike)."""
+    max_steps: int = 20
+    """Turns per episode when the policy plays (room to search) and when walkthroughs are rendered."""
+    max_new_tokens: int = 48
+    """Tokens per reply (a tool call takes about 30)."""
+    max_trajectory_tokens: int = 12000
+    """Token budget of an episode."""
+    temperature: float = 0.6
+    """The policy's sampling temperature when it plays (0: greedy)."""
+    games_per_batch: int = 4
+    """Games decoded together when the policy plays."""
+    max_branches: int = 8
+    """Labelled turns kept per episode where the policy's reply differs from the expert's (a seeded sample)."""
+    epochs: int = 2
+    """Passes over the aggregate each round."""
+    lr: float = 1e-4
+    """Adam learning rate."""
+    batch_size: int = 4
+    """Sequences per optimizer step."""
+    micro_batch_tokens: int = 4096
+    """Padded tokens per forward/backward pass."""
+    bf16: bool = False
+    """bfloat16 autocast for the fine-tuning passes (fast only on a CPU with native bf16; alfrl.precision)."""
+    seed: int = 0
+    """Seeds the game order, the sampling, the branch sample and the fine-tuning order."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+
+    def __post_init__(self):
+        if self.rounds < 1 or self.games_per_round < 1:
+            raise ValueError(f"rounds and games_per_round must be >= 1 (got {self.rounds}, {self.games_per_round})")
+        if self.max_branches < 0 or self.expert_games < 0:
+            raise ValueError(f"max_branches and expert_games must be >= 0 (got {self.max_branches}, {self.expert_games})")
+
+
+RESUMABLE = ("out", "resume", "overwrite", "threads", "device")
+"""Fields a resumed run may change: they do not change what any round plays or learns."""
+
+
+def round_dir(out: Path, r: int) -> Path:
+    return out / f"round_{r:02d}"
+
+
+def dagger(config: DaggerConfig | None = None, progress: bool = True) -> Path:
+    """Run DAgger's rounds (or the rest of them, with ``config.resume``); returns the last round's adapter."""
+    from alfrl.models import torch_threads
+    from alfrl.rundir import DAGGER, prepare_output_dir
+
+    config = config or DaggerConfig()
+    out = prepare_output_dir(config.out, DAGGER, overwrite=config.overwrite, resume=config.resume).path
+    _check_resumed_config(out, config)
+    with torch_threads(config.threads):
+        return _dagger(config, out, progress)
+
+
+def _check_resumed_config(out: Path, config: DaggerConfig) -> None:
+    path = out / "config.json"
+    wanted = {k: v for k, v in asdict(config).items() if k not in RESUMABLE}
+    if path.is_file():
+        saved = {k: v for k, v in json.loads(path.read_text()).items() if k not in RESUMABLE}
+        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+        if changed:
+            raise ValueError(f"{out} was started with other settings ({', '.join(changed)}); resume with the same "
+                             "settings, or pass --overwrite, or choose another --out")
+    path.write_text(json.dumps(asdict(config), indent=2))
+
+
+def _dagger(config: DaggerConfig, out: Path, progress: bool) -> Path:
+    import torch
+
+    from alfrl.games import load_games
+    from alfrl.models import LoraSpec, load_policy, save_adapter
+
+    done = [r for r in range(1, config.rounds + 1) if (round_dir(out, r) / "adapter").is_dir()]
+    last = max(done, default=0)
+    start = str(round_dir(out, last) / "adapter") if last else config.init_adapter
+    torch.manual_seed(config.seed)
+    policy = load_policy(config.model, lora=start or LoraSpec(), dtype=config.dtype, device=config.device)
+    fmt = ChatFormat(policy.tokenizer)
+    games = load_games(config.split, config.data_dir, seed=config.seed, max_receptacles=config.max_receptacles)
+    needed = config.rounds * config.games_per_round
+    if len(games) < needed:
+        raise ValueError(f"{config.rounds} rounds of {config.games_per_round} games need {needed} {config.split} games; "
+                         f"the data has {len(games)}: make more (python -m alfrl generate) or lower --games-per-round")
+    aggregate = expert_examples(policy, config, progress)
+    for r in range(1, config.rounds + 1):
+        folder = round_dir(out, r)
+        labelled = play_and_label(policy, fmt, games[(r - 1) * config.games_per_round:r * config.games_per_round],
+                                  config, folder / "labelled.jsonl", r, progress)
+        aggregate += [Example.from_json(e) for line in labelled for e in line["examples"]]
+        if r <= last:
+            continue
+        tick = time.perf_counter()
+        (folder / "sft_metrics.jsonl").unlink(missing_ok=True)  # an interrupted fine-tune starts again
+        steps = fit(policy, aggregate, _replace_seed(config, r), folder / "sft_metrics.jsonl", None, progress,
+                    desc=f"round {r}: fine-tune")
+        partial = folder / "adapter.partial"
+        save_adapter(policy, partial)
+        partial.rename(folder / "adapter")
+        append_jsonl(out / "metrics.jsonl", [round_metrics(r, labelled, aggregate, steps, time.perf_counter() - tick)])
+    return round_dir(out, config.rounds) / "adapter"
+
+
+def _replace_seed(config: DaggerConfig, r: int):
+    from dataclasses import replace
+    return replace(config, seed=config.seed + r)  # a different order of the aggregate each round
+
+
+def expert_examples(policy, config: DaggerConfig, progress: bool) -> list[Example]:
+    """The expert's walkthroughs rendered as the policy's rollouts would be, every reply a target."""
+    from alfrl.games import load_games
+    from alfrl.sft import SFTConfig, expert_trajectories
+
+    if not config.expert_games:
+        return []
+    games = load_games(config.split, config.data_dir, seed=config.seed + 1, limit=config.expert_games,
+                       max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
+    render = SFTConfig(max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens)
+    return [Example(t.game_id, t.tokens, reply_spans(t.mask), list(range(len(t.turns))))
+            for t in expert_trajectories(policy, games, render, progress)]
+
+
+def play_and_label(policy, fmt: ChatFormat, games: list, config: DaggerConfig, path: Path, r: int,
+                   progress: bool) -> list[dict]:
+    """Round ``r``'s episodes, one per game, each labelled by the expert; one JSON line per game in
+    ``path`` (its actions, the labels, the outcome and its examples), appended as each batch of games
+    ends, so an interrupted round goes on from there. Returns every line of the round."""
+    from alfrl.rollout import RolloutConfig, rollout_games
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = read_jsonl(path, repair=True) if path.exists() else []
+    seen = {line["game_id"] for line in lines}
+    todo = [g for g in games if g.game_id not in seen]
+    rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_new_tokens=config.max_new_tokens,
+                            max_trajectory_tokens=config.max_trajectory_tokens, temperature=config.temperature,
+                            seed=config.seed * 1000 + r)
+    bar = tqdm(total=len(games), initial=len(games) - len(todo), desc=f"round {r}: play and label", unit="game",
+               disable=not progress)
+    policy.model.eval()
+    for start in range(0, len(todo), config.games_per_batch):
+        chunk = todo[start:start + config.games_per_batch]
+        new = []
+        for game, trajectory in zip(chunk, rollout_games(policy, chunk, rollout, fmt=fmt)):
+            labels = expert_labels(game.path, [t.action for t in trajectory.turns], seed=config.seed)
+            agree, labelled = agreement(trajectory, labels)
+            examples = dagger_examples(trajectory, labels, fmt, config.max_branches, config.seed)
+            new.append({"game_id": game.game_id, "task_type": game.task_type, "won": trajectory.won,
+                        "steps": trajectory.steps, "invalid": trajectory.invalid, "agree": agree, "labelled": labelled,
+                        "actions": [t.action for t in trajectory.turns], "labels": labels,
+                        "examples": [e.to_json() for e in examples]})
+        append_jsonl(path, new)
+        lines += new
+        bar.update(len(chunk))
+        bar.set_postfix(won=f"{sum(line['won'] for line in lines)}/{len(lines)}",
+                        agree=f"{sum(line['agree'] for line in lines) / max(1, sum(line['labelled'] for line in lines)):.2f}")
+    bar.close()
+    return lines
+
+
+def round_metrics(r: int, labelled: list[dict], aggregate: list[Example], steps: int, seconds: float) -> dict:
+    """One round in a line: how the policy played (before this round's fine-tune) and what it learned from."""
+    return {"round": r, "games": len(labelled), "won": sum(line["won"] for line in labelled),
+            "invalid_per_episode": sum(line["invalid"] for line in labelled) / len(labelled),
+            "agreement": sum(line["agree"] for line in labelled) / max(1, sum(line["labelled"] for line in labelled)),
+            "new_examples": sum(len(line["examples"]) for line in labelled), "aggregate_examples": len(aggregate),
+            "aggregate_target_tokens": sum(e2 - s for e in aggregate for s, e2 in e.spans),
+            "sft_steps": steps, "fine_tune_seconds": seconds}

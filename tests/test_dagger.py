@@ -1,0 +1,138 @@
+"""DAgger: the expert's labels along any actions, the training sequences made from them, and a run
+that aggregates its rounds and resumes where it was interrupted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from alfrl.dagger import DaggerConfig, Example, dagger, dagger_examples, expert_finish, expert_labels, reply_spans
+from alfrl.expert import replay, solve
+from alfrl.protocol import ChatFormat
+from alfrl.rollout import RolloutConfig, rollout_group
+from alfrl.scripted import ScriptedSession, tool_call
+
+
+def test_labels_on_the_experts_own_states_are_its_walkthrough(tiny_games):
+    """Driven along its own walkthrough (solved in ALFWorld's engine with the same seed), the expert
+    labels every state with the walkthrough's next command: one game of each task type."""
+    for game in tiny_games.games("train"):
+        walkthrough = solve(game.path, seed=3)
+        assert walkthrough is not None
+        assert expert_labels(game.path, walkthrough, seed=3) == walkthrough, game.task_type
+
+
+def test_the_expert_labels_a_detour_and_its_labels_lead_back_to_a_win(tiny_games):
+    """After a wrong receptacle and a broken reply, the label is unchanged by the broken reply
+    (the game did not move), and following the labels from there wins the game."""
+    game = next(g for g in tiny_games.games("train") if g.task_type == "pick_and_place_simple")
+    wrong = next(a for a in game_admissible(game) if a.startswith("go to") and a not in game.walkthrough)
+    actions = ["look", wrong, None, "fly to the moon"]
+    labels = expert_labels(game.path, actions + [None])
+    assert labels[0] == "look" and labels[2] == labels[3] == labels[4]
+    finish = expert_finish(game.path, actions)
+    assert finish and finish[0] == labels[4]
+    assert replay(game.path, [a for a in actions if a] + finish).won, actions + finish
+    assert expert_finish(game.path, game.walkthrough) == []  # won already
+
+
+def game_admissible(game) -> list[str]:
+    from alfrl.engine import make_fast_engine
+    engine = make_fast_engine()
+    engine.load(str(game.path))
+    engine.reset()
+    state, _, _ = engine.step("look")
+    return list(state["admissible_commands"])
+
+
+def _scripted(policy, game, replies: list[str]):
+    fmt = ChatFormat(policy.tokenizer)
+    config = RolloutConfig(k=1, max_steps=len(replies), max_new_tokens=10_000, workers=0)
+    (trajectory,) = rollout_group(policy, game, config, fmt=fmt, session=ScriptedSession(fmt, {0: replies}))
+    return trajectory
+
+
+def test_examples_are_the_policys_history_then_the_experts_reply_token_for_token(policy, tiny_games):
+    """A played episode (a right action, a wrong one, a broken reply): the turns the expert agrees with
+    stay targets in place; each other turn is a branch that is, token for token, the episode replayed
+    up to that turn with the expert's reply there, its loss on that reply alone. On the expert's own
+    walkthrough the one example is the supervised warm start's: the trajectory with its own mask."""
+    fmt = ChatFormat(policy.tokenizer)
+    game = next(g for g in tiny_games.games("train") if g.task_type == "pick_and_place_simple")
+    wrong = next(a for a in game_admissible(game) if a.startswith("go to") and a not in game.walkthrough)
+    replies = [tool_call("look"), tool_call(wrong), "I will look around.", tool_call("inventory")]
+    played = _scripted(policy, game, replies)
+    labels = expert_labels(game.path, [t.action for t in played.turns])
+    assert labels[0] == "look" and labels[1] != wrong and labels[2] == labels[3]
+    examples = dagger_examples(played, labels, fmt)
+    spans = reply_spans(played.mask)
+    assert len(spans) == 4
+    own, *branches = examples
+    assert own.tokens == played.tokens and own.spans == [spans[0]] and own.turns == [0]
+    assert [b.turns for b in branches] == [[1], [2], [3]]
+    for branch in branches:
+        turn = branch.turns[0]
+        replayed = _scripted(policy, game, replies[:turn] + [tool_call(labels[turn])])
+        assert branch.tokens == replayed.tokens
+        assert branch.mask == [0] * spans[turn][0] + [1] * (len(branch.tokens) - spans[turn][0])
+        assert branch.mask == [0] * spans[turn][0] + replayed.mask[spans[turn][0]:]
+    assert len(dagger_examples(played, labels, fmt, max_branches=2)) == 3
+    assert dagger_examples(played, labels, fmt, max_branches=2) == dagger_examples(played, labels, fmt, max_branches=2)
+
+    walkthrough = list(game.walkthrough)
+    expert = _scripted(policy, game, [tool_call(a) for a in walkthrough])
+    (only,) = dagger_examples(expert, walkthrough, fmt)
+    assert only.tokens == expert.tokens and only.mask == expert.mask
+
+
+def test_example_json_round_trip():
+    example = Example("g", [5, 6, 7, 8], [(1, 3)], [2])
+    assert Example.from_json(json.loads(json.dumps(example.to_json()))) == example
+    assert example.mask == [0, 1, 1, 0]
+
+
+def _config(tmp_path, tiny_games, name: str, **kw) -> DaggerConfig:
+    return DaggerConfig(out=str(tmp_path / name), data_dir=str(tiny_games.root), rounds=2, games_per_round=2,
+                        expert_games=1, max_steps=2, max_new_tokens=48, games_per_batch=1, epochs=1,
+                        batch_size=4, max_branches=1, threads=1, **kw)
+
+
+def _adapter_weights(folder):
+    from safetensors.torch import load_file
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_run_aggregates_its_rounds_and_resumes_to_the_same_adapter(tmp_path, tiny_games):
+    """Two rounds of two games; then the same run as an interruption in round 2 leaves it (its first
+    game labelled, no adapter, no metrics line) resumed: the same episodes, labels, aggregate and
+    final adapter as the run that was not interrupted. A resume with other settings is refused."""
+    import shutil
+
+    whole = dagger(_config(tmp_path, tiny_games, "whole"), progress=False).parent.parent
+    rounds = _lines(whole / "metrics.jsonl")
+    assert [r["round"] for r in rounds] == [1, 2] and all(r["games"] == 2 for r in rounds)
+    assert rounds[1]["aggregate_examples"] == rounds[0]["aggregate_examples"] + rounds[1]["new_examples"]
+    assert rounds[0]["aggregate_examples"] == 1 + rounds[0]["new_examples"]  # the walkthrough and the labels
+    assert rounds[0]["new_examples"] >= 2  # each episode gives at least its own turns or a branch
+    played = [_lines(whole / r / "labelled.jsonl") for r in ("round_01", "round_02")]
+    assert len({line["game_id"] for lines in played for line in lines}) == 4  # new games every round
+
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    shutil.rmtree(cut / "round_02" / "adapter")
+    (cut / "round_02" / "labelled.jsonl").write_text(json.dumps(played[1][0]) + "\n")
+    (cut / "metrics.jsonl").write_text(json.dumps(rounds[0]) + "\n")
+    with pytest.raises(ValueError, match="other settings"):
+        dagger(_config(tmp_path, tiny_games, "cut", resume=True, lr=3e-4), progress=False)
+    resumed = dagger(_config(tmp_path, tiny_games, "cut", resume=True), progress=False)
+    assert _lines(cut / "round_02" / "labelled.jsonl") == played[1]
+    assert [r["aggregate_examples"] for r in _lines(cut / "metrics.jsonl")] == [r["aggregate_examples"] for r in rounds]
+    mine, theirs = _adapter_weights(whole / "round_02" / "adapter"), _adapter_weights(resumed)
+    assert mine.keys() == theirs.keys()
+    for key in mine:
+        assert mine[key].allclose(theirs[key], atol=1e-6), key
