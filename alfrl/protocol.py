@@ -203,8 +203,22 @@ def _call_body(body: str) -> tuple[str | None, object, str]:
     return None, None, "the tool call must hold a JSON object or <function=...> parameters"
 
 
+def after_thinking(text: str) -> str | None:
+    """What a reply says after its ``<think>`` block (all of it when it has none); None when it ends
+    inside one (a ``<think>`` that is never closed)."""
+    if THINK_CLOSE in text:
+        return text.rsplit(THINK_CLOSE, 1)[1]
+    return None if THINK_OPEN in text else text
+
+
 def parse_reply(text: str) -> ParsedReply:
-    """Check a reply: exactly one ``alfworld_step`` call, at the end, with a one-line action."""
+    """Check a reply: exactly one ``alfworld_step`` call, at the end, with a one-line action. A thought
+    in ``<think>...</think>`` is not read: a call drafted there is not a call."""
+    answer = after_thinking(text)
+    if answer is None:
+        return _reject(f"the reply ended inside its thought; close it with {THINK_CLOSE}, then end with "
+                       f"{_CALL_OPEN}...{_CALL_CLOSE}")
+    text = answer
     opens, closes = text.count(_CALL_OPEN), text.count(_CALL_CLOSE)
     if opens == 0:
         return _reject(f"no tool call; end your reply with {_CALL_OPEN}...{_CALL_CLOSE}")
@@ -265,6 +279,12 @@ class TemplateError(ValueError):
 
 
 _PROBE = "\u2063ALFRL-PROBE\u2063"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_STEADY_REPLY = f"{THINK_OPEN}\n{_PROBE}\n{THINK_CLOSE}\n\n{_PROBE}"
+"""A reply every template renders alike as the last message and before a tool result. Reasoning
+templates (Qwen3's) show the last reply with a ``<think>`` block, an empty one added if it had none,
+and drop an empty or missing block once a tool result follows; a reply with a non-empty thought is
+shown with it either way."""
 
 
 class ChatFormat:
@@ -313,7 +333,13 @@ class ChatFormat:
         return self.encode(self.render(self.messages(task, observation, admissible, request), True))
 
     def tool_turn(self, history: list[dict], content: str) -> str:
-        """The text a tool result adds after ``history`` (which ends with an assistant reply)."""
+        """The text a tool result adds after ``history`` (which ends with an assistant reply).
+
+        What follows a reply does not depend on it, so the last reply is rendered as
+        :data:`_STEADY_REPLY`: a reasoning template would otherwise show a reply with no thought, an
+        empty one or one cut off mid-thought differently before and after the tool result. The
+        prompt itself keeps the reply's tokens as sampled (:func:`build_next_prompt`)."""
+        history = history[:-1] + [{**history[-1], "content": _STEADY_REPLY}]
         before = self.render(history, False)
         after = self.render(history + [{"role": self.tool_role, "content": content}], True)
         if not after.startswith(before):
