@@ -58,6 +58,11 @@ class PPOConfig:
     """Where the ratio's denominator comes from: "trainer" recomputes it with the training forward at the
     weights that sampled (verl's recomputed old_log_prob; exact whatever the sampler's precision or
     kernels), "sampler" takes the sampler's own logprobs (the reference's choice; exact only in fp32)."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling: weight each sampled token's loss by min(exp(trainer_old - sampler),
+    tis_cap), the trainer's probability of the token over the sampler's at the same weights, capped
+    (TRL and verl cap this weight too). It corrects for a sampler whose distribution is not quite the
+    trainer's (bf16 sampling, other kernels, vLLM). 0: off. Needs old_logprobs="trainer"."""
     bf16: bool = False
     """bfloat16 autocast in the update's forward and backward (about 1.7x on a CPU with avx512_bf16;
     LoRA weights, gradients and Adam stay float32). Use it with old_logprobs="trainer"."""
@@ -87,6 +92,9 @@ class PPOConfig:
             raise ValueError(f"epochs and minibatches must be >= 1 (got {self.epochs}, {self.minibatches})")
         if not 0 < self.clip_low <= 1 <= self.clip_high:
             raise ValueError(f"need 0 < clip_low <= 1 <= clip_high (got {self.clip_low}, {self.clip_high})")
+        if self.tis_cap and (self.tis_cap < 1 or self.old_logprobs != "trainer"):
+            raise ValueError(f"tis_cap must be 0 (off) or >= 1, with old_logprobs='trainer' (got {self.tis_cap}, "
+                             f"{self.old_logprobs!r}): the weight compares the trainer's logprobs with the sampler's")
         if self.temperature <= 0:
             raise ValueError("logprobs are recomputed at the sampling temperature, which must be > 0 "
                              "(greedy rollouts have no distribution to train on)")
@@ -200,6 +208,12 @@ def ppo_token_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
     return -torch.minimum(unclipped, clipped), ratio
 
 
+def tis_weights(trainer_old: torch.Tensor, sampler: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance weights ``min(exp(trainer_old - sampler), cap)`` (no gradient): how much more
+    likely the trainer finds each sampled token than the sampler that drew it did, capped."""
+    return torch.exp((trainer_old - sampler).detach()).clamp(max=cap)
+
+
 def micro_batches(trajectories: list[Trajectory], max_tokens: int, shared: int = 0) -> list[list[Trajectory]]:
     """Group trajectories (longest first) so each group's padded size (up to each one's last sampled
     token, :func:`trained_length`, less the ``shared`` prefix tokens run once for all) stays under
@@ -286,7 +300,8 @@ def _gap_metrics(parts: list[dict[str, float]], tokens: int) -> dict[str, float]
 def recompute_old_logprobs(policy, trajectories: list[Trajectory], config: PPOConfig
                            ) -> tuple[list[Trajectory], dict[str, float]]:
     """Copies of ``trajectories`` whose logprobs are the trainer's at the current weights (no gradient;
-    the same precision and micro-batches as the update), and the sampler/trainer gap they show."""
+    the same precision and micro-batches as the update; the sampler's kept as ``sampler_logprobs``), and
+    the sampler/trainer gap they show."""
     model = policy.model
     device = next(model.parameters()).device
     out: dict[int, Trajectory] = {}
@@ -299,7 +314,8 @@ def recompute_old_logprobs(policy, trajectories: list[Trajectory], config: PPOCo
                 sampler, mask, _ = padded_tensors(batch, length, device)
                 parts.append(sampler_gap(sampler, trainer, mask))
                 for i, t in enumerate(batch):
-                    out[id(t)] = replace(t, logprobs=trainer[i, :len(t.tokens)].tolist())
+                    out[id(t)] = replace(t, logprobs=trainer[i, :len(t.tokens)].tolist(),
+                                         sampler_logprobs=t.logprobs)
     total = sum(sum(t.mask) for t in trajectories)
     return [out[id(t)] for t in trajectories], _gap_metrics(parts, max(total, 1))
 
@@ -324,11 +340,21 @@ def _micro_batch(model, batch: list[Trajectory], config: PPOConfig, own_old: boo
     new = _batch_logprobs(model, batch, config, prefix).float()
     stats["forward_seconds"] += time.perf_counter() - tick
     stats["tokens_run"] += sum(trained_length(t) for t in batch) - len(batch) * (prefix.length if prefix else 0)
-    old, mask, adv = padded_tensors(batch, max(len(t.tokens) for t in batch), device)
+    length = max(len(t.tokens) for t in batch)
+    old, mask, adv = padded_tensors(batch, length, device)
+    sampler = old
     if own_old:
         stats["gaps"].append(sampler_gap(old, new.detach(), mask))
         old = new.detach()
+    elif config.tis_cap:
+        sampler = padded_tensors([replace(t, logprobs=t.sampler_logprobs or t.logprobs) for t in batch],
+                                 length, device)[0]
     token_loss, ratio = ppo_token_loss(new, old, adv, config.clip_low, config.clip_high)
+    if config.tis_cap:
+        weights = tis_weights(old, sampler, config.tis_cap)
+        token_loss = token_loss * weights
+        stats["tis_weight"] += float((weights * mask).sum())
+        stats["tis_capped"] += float(((torch.exp(old - sampler) > config.tis_cap).float() * mask).sum())
     loss = (token_loss * mask).sum()
     if config.kl_coef:
         penalty = _kl_penalty(model, batch, new, mask, config)
@@ -373,6 +399,7 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
     stats = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "ratio": 0.0, "penalty": 0.0, "ratio_max": 0.0,
+             "tis_weight": 0.0, "tis_capped": 0.0,
              "forward_seconds": 0.0, "backward_seconds": 0.0, "tokens_run": 0, "gaps": []}
     was_training = model.training
     model.train()
@@ -405,6 +432,8 @@ def ppo_step(policy, optimizer, trajectories: list[Trajectory], config: PPOConfi
                "backward_seconds": stats["backward_seconds"]}
     if stats["gaps"]:
         metrics.update(_gap_metrics(stats["gaps"], total))
+    if config.tis_cap:
+        metrics.update(tis_weight_mean=stats["tis_weight"] / total, tis_capped_fraction=stats["tis_capped"] / total)
     return metrics
 
 

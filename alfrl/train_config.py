@@ -111,6 +111,9 @@ class TrainConfig:
     old_logprobs: str = "trainer"
     """The ratio's denominator: "trainer" (recomputed by the update at the sampling weights: exact in any
     precision) or "sampler" (the sampler's own logprobs, exact only in float32)."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling: each sampled token's loss weighted by min(exp(trainer - sampler), cap),
+    correcting for a sampler that is not quite the trainer (bf16 sampling, vLLM); 0: off (alfrl.ppo)."""
     bf16: bool = False
     """bfloat16 autocast in the update (about 1.7x on a CPU with avx512_bf16 or AMX; emulated and far slower on
     other CPUs, see alfrl.precision); LoRA and Adam stay float32."""
@@ -185,7 +188,7 @@ class TrainConfig:
                          temperature=self.temperature, micro_batch_tokens=self.micro_batch_tokens,
                          gradient_checkpointing=self.gradient_checkpointing, epochs=self.epochs,
                          minibatches=self.minibatches, top_p=self.top_p, old_logprobs=self.old_logprobs,
-                         bf16=self.bf16, share_prefix=self.share_prefix)
+                         bf16=self.bf16, share_prefix=self.share_prefix, tis_cap=self.tis_cap)
 
     def advantage(self) -> AdvantageConfig:
         return AdvantageConfig(invalid_penalty=self.invalid_penalty, normalize_std=self.normalize_std,
@@ -219,7 +222,8 @@ PRESETS: dict[str, dict] = {
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
                       max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
-                      checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1),
+                      checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1,
+                      tis_cap=2.0),
 }
 """cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 10 updates of
 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic sampling, at most 4
@@ -229,7 +233,7 @@ bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower
 update on 2 cores of such a CPU, 45 in all (see docs/results.md for what this does and does not
 achieve). practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20
 updates (:func:`practice_preset`; scripts/practice_result.py measures what it gains on them and on matched controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
-LoRA rank 32, lr 1e-6) for a GPU."""
+LoRA rank 32, lr 1e-6) for a GPU, with truncated importance sampling (cap 2) for its bf16 sampler."""
 
 
 def preset(name: str, **overrides) -> TrainConfig:

@@ -82,9 +82,15 @@ class Trajectory:
     """Set by alfrl.advantage."""
     advantage: float | None = None
     """Set by alfrl.advantage."""
+    sampler_logprobs: list[float] | None = None
+    """The sampler's logprobs, kept where an update replaced ``logprobs`` with the trainer's
+    (alfrl.ppo.recompute_old_logprobs; truncated importance sampling compares the two)."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        data = asdict(self)
+        if data["sampler_logprobs"] is None:  # set only inside an update: records keep their form
+            del data["sampler_logprobs"]
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, line: str) -> "Trajectory":

@@ -288,3 +288,58 @@ def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_an
     plain = torch.cat([q.grad.flatten() for q in p.model.parameters() if q.grad is not None])
     assert metrics["loss"] == pytest.approx(float(loss), abs=1e-5)
     assert float((plain - trimmed).norm() / plain.norm()) < 3e-5
+
+
+# --- truncated importance sampling ------------------------------------------------------------------
+
+def test_tis_weights_by_hand():
+    from alfrl.ppo import tis_weights
+    trainer = torch.log(torch.tensor([0.5, 0.2, 0.9, 0.1]))
+    sampler = torch.log(torch.tensor([0.25, 0.2, 0.3, 0.4]))
+    # exp(trainer - sampler) = 2, 1, 3, 0.25; capped at 2
+    assert torch.allclose(tis_weights(trainer, sampler, 2.0), torch.tensor([2.0, 1.0, 2.0, 0.25]), atol=1e-6)
+    with pytest.raises(ValueError, match="tis_cap"):
+        PPOConfig(tis_cap=0.5)
+    with pytest.raises(ValueError, match="tis_cap"):
+        PPOConfig(tis_cap=2.0, old_logprobs="sampler")
+
+
+def _drifted(group, shift: float) -> list[Trajectory]:
+    """The group as a sampler that found trajectory 0's tokens ``shift`` nats less likely than the trainer
+    does would have recorded it (trajectory 1 unchanged)."""
+    first = copy.deepcopy(group[0])
+    first.logprobs = [lp - shift * m for lp, m in zip(first.logprobs, first.mask)]
+    return [first, group[1]]
+
+
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_tis_weights_each_token_by_the_trainer_over_the_sampler_capped(policy, group, minibatches):
+    """At ratio 1 the loss is -(sum of w A) / tokens. Trajectory 0 (A=+1) was sampled 0.5 nats below the
+    trainer: w = min(e^0.5, 1.5) = 1.5 on its tokens; trajectory 1 (A=-1) agrees: w = 1. One step takes
+    the trainer's old logprobs from its own forward; two minibatches recompute them first and keep the
+    sampler's beside them (the first minibatch is trajectory 0 alone)."""
+    p = copy.deepcopy(policy)
+    config = PPOConfig(lr=0.0, tis_cap=1.5, minibatches=minibatches)
+    steps = ppo_update(p, make_optimizer(p, config), _drifted(group, 0.5), config)
+    n0, n1 = sum(group[0].mask), sum(group[1].mask)
+    if minibatches == 1:
+        assert steps[0]["loss"] == pytest.approx(-(1.5 * n0 - n1) / (n0 + n1), abs=1e-4)
+        assert steps[0]["tis_weight_mean"] == pytest.approx((1.5 * n0 + n1) / (n0 + n1), abs=1e-4)
+        assert steps[0]["tis_capped_fraction"] == pytest.approx(n0 / (n0 + n1))
+        assert steps[0]["sampler_abs_logprob_diff"] == pytest.approx(0.5 * n0 / (n0 + n1), abs=1e-4)
+    else:
+        assert steps[0]["loss"] == pytest.approx(-1.5, abs=1e-4) and steps[0]["tis_capped_fraction"] == 1.0
+        assert steps[1]["loss"] == pytest.approx(1.0, abs=1e-4) and steps[1]["tis_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    off = PPOConfig(lr=0.0, minibatches=minibatches)
+    q = copy.deepcopy(policy)
+    plain = ppo_update(q, make_optimizer(q, off), _drifted(group, 0.5), off)
+    assert "tis_weight_mean" not in plain[0]
+    if minibatches == 1:
+        assert plain[0]["loss"] == pytest.approx(-(n0 - n1) / (n0 + n1), abs=1e-4)
+
+
+def test_a_trajectory_record_keeps_its_form_without_sampler_logprobs(group):
+    assert "sampler_logprobs" not in group[0].to_json()
+    kept = copy.deepcopy(group[0])
+    kept.sampler_logprobs = [0.0] * len(kept.tokens)
+    assert Trajectory.from_json(kept.to_json()).sampler_logprobs == kept.sampler_logprobs
