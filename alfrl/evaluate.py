@@ -110,7 +110,7 @@ def game_record(split: str, trajectory) -> dict:
             "won": trajectory.won, "steps": trajectory.steps, "invalid": trajectory.invalid,
             "end_reason": trajectory.end_reason,
             "valid_calls": sum(t.valid_format for t in turns), "admissible": sum(t.admissible for t in turns),
-            "turns": len(turns), "trajectory": asdict(trajectory)}
+            "turns": len(turns), "trajectory": trajectory.record()}
 
 
 RESUMABLE = ("out", "overwrite", "resume", "batch", "threads", "limit")

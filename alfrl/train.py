@@ -329,7 +329,7 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
     step_metrics, optimizer_steps = learn(policy, optimizer, config, ppo, kept, step, run_dir)
     update_seconds = time.perf_counter() - tick
     append_jsonl(run_dir / "trajectories.jsonl",
-                 [{"step": step, **asdict(t)} for g in played for t in g])
+                 [{"step": step, **t.record()} for g in played for t in g])
     return {"step": step, **stats, "groups_dropped": len(played) - len(kept) if config.dynamic_sampling else 0,
             **step_metrics, "optimizer_steps": optimizer_steps, "rollout_seconds": rollout_seconds,
             "update_seconds": update_seconds, "episodes_per_minute": 60 * stats["trajectories"] / max(

@@ -86,11 +86,16 @@ class Trajectory:
     """The sampler's logprobs, kept where an update replaced ``logprobs`` with the trainer's
     (alfrl.ppo.recompute_old_logprobs; truncated importance sampling compares the two)."""
 
-    def to_json(self) -> str:
+    def record(self) -> dict:
+        """The trajectory as a JSON-ready dict (``sampler_logprobs`` only where an update set it, so
+        records keep their form)."""
         data = asdict(self)
-        if data["sampler_logprobs"] is None:  # set only inside an update: records keep their form
+        if data["sampler_logprobs"] is None:
             del data["sampler_logprobs"]
-        return json.dumps(data)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.record())
 
     @classmethod
     def from_json(cls, line: str) -> "Trajectory":
