@@ -334,7 +334,7 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
             **step_metrics, "optimizer_steps": optimizer_steps, "rollout_seconds": rollout_seconds,
             "update_seconds": update_seconds, "episodes_per_minute": 60 * stats["trajectories"] / max(
                 rollout_seconds + update_seconds, 1e-9), "peak_rss_gb": peak_rss_gb(),
-            "games": [g[0].game_id for g in played], "game_wins": game_wins(played)}
+            "peak_gpu_gb": peak_gpu_gb(), "games": [g[0].game_id for g in played], "game_wins": game_wins(played)}
 
 
 def peak_rss_gb() -> float:
@@ -347,6 +347,15 @@ def peak_rss_gb() -> float:
     return peak / 2**30 if sys.platform == "darwin" else peak / 2**20  # bytes on macOS, KB on Linux
 
 
+def peak_gpu_gb() -> float:
+    """The most GPU memory torch has allocated in this process so far (GB, all CUDA devices; 0 without CUDA).
+    The driver holds somewhat more (torch's cache, the CUDA context): ``nvidia-smi`` shows that."""
+    import torch
+    if not torch.cuda.is_available():
+        return 0.0
+    return sum(torch.cuda.max_memory_allocated(d) for d in range(torch.cuda.device_count())) / 2**30
+
+
 def summary(history: list[dict], run_dir: Path) -> str:
     """A few lines on how the run went."""
     if not history:
@@ -357,7 +366,8 @@ def summary(history: list[dict], run_dir: Path) -> str:
     return (f"\n{run_dir}: {len(history)} updates in {seconds / 60:.1f} min "
             f"(rollouts {sum(m['rollout_seconds'] for m in history) / 60:.1f}, "
             f"updates {sum(m['update_seconds'] for m in history) / 60:.1f}); peak memory "
-            f"{max(m.get('peak_rss_gb', 0) for m in history):.1f} GB\n"
+            f"{max(m.get('peak_rss_gb', 0) for m in history):.1f} GB"
+            + (f", GPU {gpu:.1f} GB" if (gpu := max(m.get("peak_gpu_gb", 0) for m in history)) else "") + "\n"
             f"  success {first['success']:.2f} -> {last['success']:.2f}; reward {first['reward']:.2f} -> "
             f"{last['reward']:.2f}; invalid/episode {first['invalid_per_episode']:.1f} -> "
             f"{last['invalid_per_episode']:.1f}\n"
