@@ -135,8 +135,8 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
         f.write(json.dumps({"step": 2, "reward": 123.0}) + "\n")
     resumed = train(resume=run, progress=False)
     assert [m["step"] for m in read_jsonl(run / "metrics.jsonl")] == [1, 2]
-    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb", "peak_gpu_gb", "forward_seconds",
-            "backward_seconds", "episodes_per_minute"}
+    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb", "peak_gpu_gb",
+            "forward_seconds", "backward_seconds", "episodes_per_minute"}
     same = [{k: v for k, v in m.items() if k not in drop} for m in resumed]
     want = [{k: v for k, v in m.items() if k not in drop} for m in straight]
     _close(same, want)
