@@ -13,8 +13,10 @@ SRC is plain text, one cell after each header line:
     # %%
     print("a code cell")
 
-``clean`` strips outputs and execution counts in place, so notebooks in git stay
-output-free (CI executes them; stored outputs would only make noisy diffs).
+``clean`` strips outputs and execution counts in place (a notebook being written). The
+notebooks in git carry the outputs of a run at their defaults: after editing one, store them
+again with ``.venv/bin/python scripts/time_notebooks.py --write NN`` (scripts/notebook_outputs.py
+checks them, and so does the test suite).
 """
 
 from __future__ import annotations

@@ -107,6 +107,7 @@ def _lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow  # about 4 minutes on 2 cores: bash scripts/test.sh -m slow -k dagger
 def test_a_run_aggregates_its_rounds_and_resumes_to_the_same_adapter(tmp_path, tiny_games):
     """Two rounds of two games; then the same run as an interruption in round 2 leaves it (its first
     game labelled, no adapter, no metrics line) resumed: the same episodes, labels, aggregate and

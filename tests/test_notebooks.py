@@ -75,16 +75,23 @@ def _outputs():
 
 
 @pytest.mark.parametrize("name", [n for n, _ in NOTEBOOKS])
-def test_notebook_is_clean(name):
-    """A `parameters` cell for papermill, and no stored outputs (CI runs them; diffs stay small)."""
+def test_notebook_is_committed_with_a_default_run(name):
+    """A `parameters` cell for papermill, and the outputs of a run at the defaults: every code cell
+    executed and unedited since, no error, no path of the machine it ran on, under 1 MB."""
     nb = read_notebook(name)
     nbformat.validate(nb)
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and tagged[0].cell_type == "code", "need exactly one code cell tagged 'parameters'"
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
-    assert not dirty, f"cells {dirty} store outputs: clear them (python scripts/new_notebook.py clean {name})"
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    found = _outputs().problems(NOTEBOOK_DIR / name)
+    assert not found, (f"{name}: " + "; ".join(found)
+                       + f" (re-run it: .venv/bin/python scripts/time_notebooks.py --write {name[:2]})")
+
+
+def test_the_committed_notebooks_fit_their_size_budget():
+    outputs = _outputs()
+    total = sum((NOTEBOOK_DIR / name).stat().st_size for name, _ in NOTEBOOKS)
+    assert total <= outputs.MAX_TOTAL_BYTES, f"the notebooks take {total / 1e6:.2f} MB, over {outputs.MAX_TOTAL_BYTES / 1e6:.0f} MB"
 
 
 def test_lean_keeps_what_a_page_shows_and_drops_the_machine(tmp_path):
