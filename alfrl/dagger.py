@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -319,18 +319,13 @@ def _dagger(config: DaggerConfig, out: Path, progress: bool) -> Path:
             continue
         tick = time.perf_counter()
         (folder / "sft_metrics.jsonl").unlink(missing_ok=True)  # an interrupted fine-tune starts again
-        steps = fit(policy, aggregate, _replace_seed(config, r), folder / "sft_metrics.jsonl", None, progress,
-                    desc=f"round {r}: fine-tune")
+        steps = fit(policy, aggregate, replace(config, seed=config.seed + r),  # another order each round
+                    folder / "sft_metrics.jsonl", None, progress, desc=f"round {r}: fine-tune")
         partial = folder / "adapter.partial"
         save_adapter(policy, partial)
         partial.rename(folder / "adapter")
         append_jsonl(out / "metrics.jsonl", [round_metrics(r, labelled, aggregate, steps, time.perf_counter() - tick)])
     return round_dir(out, config.rounds) / "adapter"
-
-
-def _replace_seed(config: DaggerConfig, r: int):
-    from dataclasses import replace
-    return replace(config, seed=config.seed + r)  # a different order of the aggregate each round
 
 
 def expert_examples(policy, config: DaggerConfig, progress: bool) -> list[Example]:
