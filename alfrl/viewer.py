@@ -13,7 +13,9 @@ Every token of a :class:`alfrl.rollout.Trajectory` has one **role**:
 The template's pieces are derived from the template itself (a probe tool result is rendered
 and split around), as :class:`alfrl.protocol.ChatFormat` does, so no template is hard-coded.
 :func:`trajectory_html` draws the tokens coloured by role or by advantage; :func:`browse` is a
-small widget to page through a group (static HTML where ipywidgets is missing).
+small widget to page through a group (static HTML where ipywidgets is missing). A widget needs a
+live kernel; :func:`with_snapshot` gives it a static HTML picture too, which a page that runs no
+kernel (the repository's, nbconvert's) shows instead.
 
 Taught in notebook 04 (tokens by role and by advantage); 06 browses failures with it; 07 shows a
 hierarchical episode's planner and actor tokens.
@@ -144,12 +146,13 @@ def _header(t: Trajectory, roles: list[str]) -> str:
 
 
 def trajectory_html(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "role",
-                    advantage_scale: float = 1.0, max_height: str = "480px") -> str:
+                    advantage_scale: float = 1.0, max_height: str = "480px", hover: bool = True) -> str:
     """Every token as a ``<span>``, coloured by role or by advantage, with a header and a legend.
 
     ``color_by="advantage"`` tints the sampled tokens green (advantage > 0) or red (< 0), the
     stronger the larger |advantage| (full at ``advantage_scale``); every other token is grey:
-    it gets no gradient. Hover a token for its position, id, role and logprob.
+    it gets no gradient. Hover a token for its position, id, role and logprob; ``hover=False``
+    draws each run of same-coloured tokens as one span instead, a tenth of the size.
     """
     if color_by not in ("role", "advantage"):
         raise ValueError(f"color_by must be 'role' or 'advantage', not {color_by!r}")
@@ -165,11 +168,15 @@ def trajectory_html(trajectory: Trajectory, fmt: ChatFormat, color_by: str = "ro
         else:
             style = "background:#eeeeee; color:#888888"
         text = html.escape(piece).replace("\n", "\u21b5\n")
-        title = f"#{i} · id {tok} · {role} · logprob {logprob:.3f}"
-        spans.append(f'<span class="alfrl-tok" style="{style}" title="{html.escape(title)}">{text}</span>')
+        if not hover and spans and spans[-1][0] == style:
+            spans[-1][1].append(text)
+            continue
+        title = f' title="{html.escape(f"#{i} · id {tok} · {role} · logprob {logprob:.3f}")}"' if hover else ""
+        spans.append((style, [text], title))
     body = (f'<div style="white-space:pre-wrap; font-family:monospace; font-size:80%; line-height:1.5; '
             f'max-height:{max_height}; overflow:auto; border:1px solid #ccc; padding:4px">'
-            + "".join(spans) + "</div>")
+            + "".join(f'<span class="alfrl-tok" style="{style}"{title}>{"".join(text)}</span>'
+                      for style, text, title in spans) + "</div>")
     legend = _legend(color_by, advantage_scale, PLANNER in roles)
     return f'<div class="alfrl-trajectory">{_header(t, roles)}{legend}{body}</div>'
 
@@ -211,4 +218,61 @@ def browse(trajectories: list[Trajectory], fmt: ChatFormat, color_by: str = "rol
     pick.observe(refresh, names="value")
     colour.observe(refresh, names="value")
     refresh()
-    return w.VBox([w.HBox([pick, colour]), view])
+    listing = "".join(f"<li>{'<b>' * (i == 0)}{html.escape(n)}{'</b>' * (i == 0)}</li>" for i, n in enumerate(names))
+    first = trajectory_html(trajectories[0], fmt, color_by, **{**kwargs, "hover": False})
+    return with_snapshot(w.VBox([w.HBox([pick, colour]), view]),
+                         f"<p>The widget pages through these {len(names)} trajectories:</p><ul>{listing}</ul>{first}")
+
+
+# --- widgets on a page with no kernel ----------------------------------------------------
+
+SNAPSHOT_NOTE = ("<p><i>A static picture of an interactive widget: run the notebook to use it.</i></p>")
+
+
+class Snapshotted:
+    """A widget that also carries a static HTML picture of itself. A live notebook draws the widget;
+    a page that runs no kernel (the repository's, nbconvert's HTML) has only the picture to show."""
+
+    def __init__(self, widget, snapshot: str):
+        self.widget, self.snapshot = widget, snapshot
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude)
+        return {**bundle, "text/html": SNAPSHOT_NOTE + self.snapshot}
+
+    def __getattr__(self, name):  # the widget's own attributes (children, value, ...)
+        if name in ("widget", "snapshot"):
+            raise AttributeError(name)
+        return getattr(self.widget, name)
+
+
+def widget_html(widget) -> str:
+    """A static HTML picture of an ipywidgets tree as it stands: HTML and labels as they read,
+    captured output as text, buttons and choices as labels. Other widgets are skipped."""
+    import ipywidgets as w
+
+    def label(text) -> str:
+        return f'<code style="border:1px solid #bbb; padding:0 4px">{html.escape(str(text))}</code>'
+
+    if isinstance(widget, (w.HTML, w.HTMLMath)):
+        return widget.value
+    if isinstance(widget, w.Label):
+        return html.escape(widget.value)
+    if isinstance(widget, w.Button):
+        return label(widget.description)
+    if isinstance(widget, (w.Dropdown, w.ToggleButtons, w.RadioButtons, w.Select)):
+        names = [o[0] if isinstance(o, tuple) else o for o in widget.options]
+        return f"{html.escape(widget.description)} " + " ".join(label(n) for n in names)
+    if isinstance(widget, w.Output):
+        text = "".join(o.get("text", "") for o in widget.outputs if o.get("output_type") == "stream")
+        return f"<pre>{html.escape(text)}</pre>"
+    if isinstance(widget, w.Box):
+        sep = " " if isinstance(widget, w.HBox) or widget.layout.flex_flow == "row wrap" else "<br>"
+        return sep.join(part for part in (widget_html(c) for c in widget.children) if part)
+    return ""
+
+
+def with_snapshot(widget, snapshot: str | None = None) -> Snapshotted:
+    """``widget`` with a static picture for pages that run no kernel: ``snapshot`` (HTML), or
+    :func:`widget_html` of the widget as it stands now."""
+    return Snapshotted(widget, widget_html(widget) if snapshot is None else snapshot)

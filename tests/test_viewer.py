@@ -11,7 +11,7 @@ from alfrl.env import GroupEnv
 from alfrl.protocol import EXECUTED, ChatFormat, tool_result_message
 from alfrl.rollout import RolloutConfig, rollout_group
 from alfrl.scripted import ScriptedSession, expert_replies, tool_call as call
-from alfrl.viewer import ROLES, browse, template_parts, token_roles, trajectory_html
+from alfrl.viewer import ROLES, SNAPSHOT_NOTE, browse, template_parts, token_roles, trajectory_html, with_snapshot
 
 SPLIT = "valid_seen"
 PICK = "pick_and_place_simple"
@@ -138,6 +138,18 @@ def test_html_has_one_escaped_span_per_token(played):
         trajectory_html(t, fmt, color_by="mask")
 
 
+def test_html_without_hover_merges_runs_of_one_colour(played):
+    fmt, group, _ = played
+    t = group[1]
+    roles = token_roles(t, fmt)
+    page, lite = trajectory_html(t, fmt), trajectory_html(t, fmt, hover=False)
+    runs_of_roles = 1 + sum(a != b for a, b in zip(roles, roles[1:]))
+    assert lite.count('<span class="alfrl-tok"') == runs_of_roles < len(t.tokens)
+    assert "title=" not in lite.split("</div>", 2)[-1] and len(lite) < len(page) / 2
+    strip = __import__("re").compile(r"<[^>]+>")
+    assert strip.sub("", lite) == strip.sub("", page)  # the same text, only fewer spans
+
+
 def test_browse_widget_and_static_fallback(played, monkeypatch):
     fmt, group, _ = played
     widget = browse(group, fmt)
@@ -145,6 +157,28 @@ def test_browse_widget_and_static_fallback(played, monkeypatch):
     assert view.value == trajectory_html(group[0], fmt, "role")
     pick.value, colour.value = 2, "advantage"
     assert view.value == trajectory_html(group[2], fmt, "advantage")
+    bundle = widget._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # a live notebook draws the widget
+    page = bundle["text/html"]  # a page with no kernel shows the picture: every name, the first trajectory
+    assert page.startswith(SNAPSHOT_NOTE) and page.count("<li>") == len(group)
+    assert page.endswith(trajectory_html(group[0], fmt, "role", hover=False))
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # as if ipywidgets were not installed
     static = browse(group, fmt)
     assert static.data == trajectory_html(group[0], fmt, "role")
+
+
+def test_a_widget_picture_shows_what_it_reads_now():
+    import ipywidgets as w
+    out = w.Output()
+    out.outputs = ({"output_type": "stream", "name": "stdout", "text": "You are in a <room>.\n"},)
+    status = w.HTML("<b>step 0/50</b>")
+    panel = w.VBox([status, out, w.HBox([w.Button(description="go to desk 1"), w.Button(description="look")]),
+                    w.Dropdown(options=[("branch 0: won", 0), ("branch 1: lost", 1)], description="trajectory")])
+    shown = with_snapshot(panel)
+    assert shown.children is panel.children  # still the widget
+    assert shown._repr_mimebundle_()["text/html"] == SNAPSHOT_NOTE + (
+        "<b>step 0/50</b><br><pre>You are in a &lt;room&gt;.\n</pre><br>"
+        '<code style="border:1px solid #bbb; padding:0 4px">go to desk 1</code> '
+        '<code style="border:1px solid #bbb; padding:0 4px">look</code><br>trajectory '
+        '<code style="border:1px solid #bbb; padding:0 4px">branch 0: won</code> '
+        '<code style="border:1px solid #bbb; padding:0 4px">branch 1: lost</code>')
