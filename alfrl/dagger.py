@@ -9,9 +9,10 @@ again. ALFWorld's handcoded expert can answer from any state: it searches recept
 order set by the object's type and remembers what it saw, so it can be driven along the
 policy's own actions (:func:`expert_labels`).
 
-A labelled turn becomes a training sequence: the policy's own conversation up to that turn,
-then the expert's reply, the loss on the expert's tokens only (:func:`dagger_examples`). Where
-the policy already did what the expert would, its own reply is the target, in place.
+A labelled turn becomes a target: the policy's own conversation up to that turn, then the
+expert's reply, the loss on the expert's tokens only (:func:`dagger_examples`). Where the policy
+already did what the expert would, its own reply is the target, in place. One episode's targets
+share its history, so the fine-tune runs the episode once and each expert reply branches off it.
 
 ``python -m alfrl dagger --out runs/dagger --rounds 2 --games-per-round 64`` plays, labels and
 fine-tunes round after round (``--resume`` continues an interrupted run), writing
@@ -115,30 +116,60 @@ def expert_finish(game_file: str | Path, actions: list[str | None], seed: int = 
     return finish
 
 
+@dataclass(frozen=True)
+class Branch:
+    """The expert's reply at one turn, in place of the policy's: it follows the first ``at`` tokens of
+    the example it belongs to, and every one of its tokens is a target."""
+
+    at: int
+    target: list[int]
+    turn: int
+
+
 @dataclass
 class Example:
-    """A sequence to learn from: tokens, and the spans ``[start, end)`` whose tokens are the targets."""
+    """A sequence to learn from: tokens, and the spans ``[start, end)`` whose tokens are the targets.
+
+    A DAgger example is a tree: ``tokens`` is the policy's own episode (its trunk), ``spans`` the
+    replies that are already the expert's, and each of ``branches`` the expert's reply at another
+    turn. The trunk runs through the model once and every branch reads its keys and values up to
+    its turn (:func:`alfrl.sft.tree_nll`); :meth:`sequences` spells the same targets out as plain
+    sequences, each with its whole history."""
 
     game_id: str
     tokens: list[int]
     spans: list[tuple[int, int]]
     turns: list[int] = field(default_factory=list)
     """The turn each span labels."""
+    branches: list[Branch] = field(default_factory=list)
 
     @property
     def mask(self) -> list[int]:
+        """1 on the trunk's own targets (the spans); the branches' targets are not in the trunk."""
         mask = [0] * len(self.tokens)
         for start, end in self.spans:
             mask[start:end] = [1] * (end - start)
         return mask
 
+    @property
+    def target_tokens(self) -> int:
+        return sum(end - start for start, end in self.spans) + sum(len(b.target) for b in self.branches)
+
+    def sequences(self) -> list["Example"]:
+        """The same targets as plain sequences: the trunk with its spans (if any), then one sequence per
+        branch, its history then the expert's reply."""
+        own = [Example(self.game_id, self.tokens, self.spans, self.turns)] if self.spans else []
+        return own + [Example(self.game_id, self.tokens[:b.at] + b.target, [(b.at, b.at + len(b.target))], [b.turn])
+                      for b in self.branches]
+
     def to_json(self) -> dict:
         return {"game_id": self.game_id, "tokens": self.tokens, "spans": [list(s) for s in self.spans],
-                "turns": self.turns}
+                "turns": self.turns, "branches": [[b.at, b.target, b.turn] for b in self.branches]}
 
     @classmethod
     def from_json(cls, data: dict) -> "Example":
-        return cls(data["game_id"], data["tokens"], [tuple(s) for s in data["spans"]], data.get("turns", []))
+        return cls(data["game_id"], data["tokens"], [tuple(s) for s in data["spans"]], data.get("turns", []),
+                   [Branch(at, list(target), turn) for at, target, turn in data.get("branches", [])])
 
 
 def reply_spans(mask: list[int]) -> list[tuple[int, int]]:
@@ -155,13 +186,14 @@ def reply_spans(mask: list[int]) -> list[tuple[int, int]]:
 
 def dagger_examples(trajectory: Trajectory, labels: list[str | None], fmt: ChatFormat,
                     max_branches: int | None = None, seed: int = 0) -> list[Example]:
-    """The training sequences from one played trajectory and the expert's label at each of its turns.
+    """What one played trajectory and the expert's label at each of its turns teach: one example (or
+    none, when no turn is labelled).
 
-    The first is the trajectory itself with the loss on the replies that are exactly the expert's
-    reply to the same state (none may be). Every other labelled turn gives a branch: the
-    conversation up to that reply, then the expert's reply (its tool call and the end-of-turn
-    token), the loss on that reply only. ``max_branches`` keeps a seeded sample of the branches
-    (each costs a sequence as long as its history). Turns labelled None give nothing.
+    Its trunk is the trajectory, with the loss on the replies that are exactly the expert's reply to
+    the same state (none may be). Every other labelled turn gives a branch: the expert's reply (its
+    tool call and the end-of-turn token) after the conversation up to that turn, the loss on that
+    reply alone. ``max_branches`` keeps a seeded sample of the branches. Turns labelled None give
+    nothing. The trunk ends at its last target or branch point: later tokens condition nothing.
     """
     spans = reply_spans(trajectory.mask)
     if len(spans) != len(trajectory.turns) or len(labels) != len(trajectory.turns):
@@ -169,22 +201,24 @@ def dagger_examples(trajectory: Trajectory, labels: list[str | None], fmt: ChatF
                          f"and {len(labels)} labels; they must match")
     end_of_turn = fmt.encode(fmt.closing)[0]
     tokens = trajectory.tokens
-    own, branches = Example(trajectory.game_id, tokens, []), []
+    own, own_turns, branches = [], [], []
     for turn, ((start, end), label) in enumerate(zip(spans, labels)):
         if label is None:
             continue
         target = fmt.encode(tool_call(label)) + [end_of_turn]
         if tokens[start:end] == target:
-            own.spans.append((start, end))
-            own.turns.append(turn)
+            own.append((start, end))
+            own_turns.append(turn)
         else:
-            branches.append(Example(trajectory.game_id, tokens[:start] + target,
-                                    [(start, start + len(target))], [turn]))
+            branches.append(Branch(start, target, turn))
     if max_branches is not None and len(branches) > max_branches:
         keep = sorted(random.Random(f"{seed}/{trajectory.game_id}/{trajectory.branch}").sample(
             range(len(branches)), max_branches))
         branches = [branches[i] for i in keep]
-    return ([own] if own.spans else []) + branches
+    if not own and not branches:
+        return []
+    trunk = max([end for _, end in own] + [b.at for b in branches])
+    return [Example(trajectory.game_id, tokens[:trunk], own, own_turns, branches)]
 
 
 def agreement(trajectory: Trajectory, labels: list[str | None]) -> tuple[int, int]:
@@ -248,6 +282,9 @@ class DaggerConfig:
     """Padded tokens per forward/backward pass."""
     bf16: bool = False
     """bfloat16 autocast for the fine-tuning passes (fast only on a CPU with native bf16; alfrl.precision)."""
+    share_prefix: bool = True
+    """Run each episode through the model once in the fine-tune, its branches reading its keys and values
+    (alfrl.sft.tree_nll): the same loss and gradient as every branch with its whole history, far fewer tokens."""
     seed: int = 0
     """Seeds the game order, the sampling, the branch sample and the fine-tuning order."""
     threads: int | None = None
@@ -320,7 +357,8 @@ def _dagger(config: DaggerConfig, out: Path, progress: bool) -> Path:
         tick = time.perf_counter()
         (folder / "sft_metrics.jsonl").unlink(missing_ok=True)  # an interrupted fine-tune starts again
         steps = fit(policy, aggregate, replace(config, seed=config.seed + r),  # another order each round
-                    folder / "sft_metrics.jsonl", None, progress, desc=f"round {r}: fine-tune")
+                    folder / "sft_metrics.jsonl", None, progress, desc=f"round {r}: fine-tune",
+                    share_prefix=config.share_prefix)
         partial = folder / "adapter.partial"
         save_adapter(policy, partial)
         partial.rename(folder / "adapter")
@@ -385,5 +423,6 @@ def round_metrics(r: int, labelled: list[dict], aggregate: list[Example], steps:
             "invalid_per_episode": sum(line["invalid"] for line in labelled) / len(labelled),
             "agreement": sum(line["agree"] for line in labelled) / max(1, sum(line["labelled"] for line in labelled)),
             "new_examples": sum(len(line["examples"]) for line in labelled), "aggregate_examples": len(aggregate),
-            "aggregate_target_tokens": sum(e2 - s for e in aggregate for s, e2 in e.spans),
+            "aggregate_targets": sum(len(e.spans) + len(e.branches) for e in aggregate),
+            "aggregate_target_tokens": sum(e.target_tokens for e in aggregate),
             "sft_steps": steps, "fine_tune_seconds": seconds}

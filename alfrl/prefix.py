@@ -13,7 +13,8 @@ How: the prefix's outputs are detached into leaf tensors that the branches' micr
 (their gradients accumulate there, micro-batch after micro-batch); :meth:`SharedPrefix.backward`
 then sends the accumulated gradients through the prefix's own graph to the LoRA weights.
 
-Taught in notebook 05 (what an update costs); used by :mod:`alfrl.ppo`.
+Taught in notebook 05 (what an update costs); used by :mod:`alfrl.ppo`, and by :func:`alfrl.sft.tree_nll`
+for DAgger's examples, whose branches share an episode's history up to different turns (:meth:`SharedPrefix.head`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,14 @@ class SharedPrefix:
     @property
     def length(self) -> int:
         return len(self.tokens)
+
+    def head(self, n: int) -> "SharedPrefix":
+        """The first ``n`` tokens of this prefix, read through views of the same leaves, so the gradients
+        of what reads them add up here too (a DAgger branch off an episode, :func:`alfrl.sft.tree_nll`)."""
+        if not 0 < n <= self.length:
+            raise ValueError(f"a prefix of {self.length} tokens has no head of {n}")
+        return SharedPrefix(self.tokens[:n], self.hidden[:, :n], [k[:, :, :n] for k in self.keys],
+                            [v[:, :, :n] for v in self.values], self.config, self.dtypes)
 
     def leaves(self) -> list[torch.Tensor]:
         return [self.hidden, *self.keys, *self.values]

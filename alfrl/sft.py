@@ -30,7 +30,8 @@ from alfrl.env import GroupEnv
 from alfrl.games import load_games
 from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter, torch_threads
 from alfrl.precision import warn_if_slow_bf16
-from alfrl.ppo import micro_batches, sequence_logprobs
+from alfrl.ppo import _chunk_logprobs, _parts, micro_batches, sequence_logprobs
+from alfrl.prefix import can_share, run_prefix
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
 from alfrl.scripted import ScriptedSession, expert_replies, planned_expert_replies
@@ -113,14 +114,26 @@ def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool =
     return out
 
 
-def nll_loss(model, trajectories: list[Trajectory], micro_batch_tokens: int = 4096,
-             backward: bool = True, bf16: bool = False) -> tuple[float, int]:
-    """Token-mean negative log-likelihood of the reply tokens (mask 1), gradients accumulated
-    when ``backward``; returns (loss, tokens)."""
+def target_tokens(example) -> int:
+    """The tokens an example (a trajectory, or a DAgger tree with branches) is trained on."""
+    return getattr(example, "target_tokens", None) or sum(example.mask)
+
+
+def nll_loss(model, examples: list, micro_batch_tokens: int = 4096, backward: bool = True, bf16: bool = False,
+             share_prefix: bool = True) -> tuple[float, int]:
+    """Token-mean negative log-likelihood of the target tokens (mask 1, and a DAgger example's branches),
+    gradients accumulated when ``backward``; returns (loss, tokens). Plain sequences run in padded
+    micro-batches; a DAgger tree runs as :func:`tree_nll` (or, without ``share_prefix``, as its
+    :meth:`~alfrl.dagger.Example.sequences`, each with its whole history)."""
     device_type = next(model.parameters()).device.type
-    total = sum(sum(t.mask) for t in trajectories)
+    total = sum(target_tokens(e) for e in examples)
+    trees = [e for e in examples if getattr(e, "branches", None)]
+    plain = [e for e in examples if not getattr(e, "branches", None)]
+    if trees and not (share_prefix and can_share(model)):
+        plain += [s for e in trees for s in e.sequences()]
+        trees = []
     loss_sum = 0.0
-    for batch in micro_batches(trajectories, micro_batch_tokens):
+    for batch in micro_batches(plain, micro_batch_tokens):
         with torch.set_grad_enabled(backward), torch.autocast(device_type, torch.bfloat16, enabled=bf16):
             logp = sequence_logprobs(model, [t.tokens for t in batch], masks=[t.mask for t in batch])
         mask = torch.zeros_like(logp)
@@ -130,14 +143,55 @@ def nll_loss(model, trajectories: list[Trajectory], micro_batch_tokens: int = 40
         if backward:
             (loss / total).backward()
         loss_sum += float(loss.detach())
+    for tree in trees:
+        loss_sum += tree_nll(model, tree, total, backward, bf16)
     return loss_sum / total, total
 
 
+def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bool = False) -> float:
+    """The summed negative log-likelihood of a DAgger example's targets (gradients of it / ``scale``
+    accumulated when ``backward``), its trunk run once.
+
+    The trunk (the policy's episode) runs through the model with its keys and values kept
+    (:func:`alfrl.prefix.run_prefix`); the loss on its own spans is read from its hidden states, and
+    each branch, the expert's reply at a turn, runs alone on top of the trunk's keys and values up to
+    that turn. The branches' gradients add up on the trunk's outputs and go back through the trunk
+    once. The same loss and gradient as every branch run with its whole history, up to float
+    rounding (``tests/test_dagger.py``), for the trunk's tokens plus about 30 a branch instead of a
+    history per branch."""
+    decoder, head, cap = _parts(model)
+    device = next(model.parameters()).device
+    with torch.set_grad_enabled(backward), torch.autocast(device.type, torch.bfloat16, enabled=bf16):
+        trunk = run_prefix(decoder, model.config, example.tokens)
+        loss_sum = 0.0
+        targets = [i for i, m in enumerate(example.mask) if m and i > 0]
+        if targets:
+            hidden = trunk.hidden_for(1, trunk.dtypes[0])[0]  # in the dtype the trunk made it
+            ids = torch.tensor(targets, device=device)
+            logp = _chunk_logprobs(head, cap, hidden[ids - 1], torch.tensor(example.tokens, device=device)[ids], 1.0)
+            loss = -logp.sum()
+            if backward:
+                (loss / scale).backward()
+            loss_sum += float(loss.detach())
+        for branch in example.branches:
+            sequence = example.tokens[:branch.at] + branch.target
+            logp = sequence_logprobs(model, [sequence], masks=[[0] * branch.at + [1] * len(branch.target)],
+                                     prefix=trunk.head(branch.at))
+            loss = -logp.sum()
+            if backward:
+                (loss / scale).backward()
+            loss_sum += float(loss.detach())
+        if backward:
+            trunk.backward()
+    return loss_sum
+
+
 def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=None, progress: bool = True,
-        desc: str = "sft") -> int:
+        desc: str = "sft", share_prefix: bool = True) -> int:
     """``config.epochs`` passes of Adam over ``examples`` (anything with ``tokens`` and ``mask``: the
-    loss is on mask-1 tokens), ``config.batch_size`` at a time in a seeded order; every step's metrics
-    are appended to ``metrics_file``. Returns the steps taken."""
+    loss is on mask-1 tokens; DAgger trees also on their branches, :func:`nll_loss`),
+    ``config.batch_size`` at a time in a seeded order; every step's metrics are appended to
+    ``metrics_file``. Returns the steps taken."""
     params = [p for p in policy.model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr)
     order = random.Random(config.seed)
@@ -152,7 +206,7 @@ def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=
             tick = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
-                                    config.micro_batch_tokens, bf16=config.bf16)
+                                    config.micro_batch_tokens, bf16=config.bf16, share_prefix=share_prefix)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
             optimizer.step()
             step += 1

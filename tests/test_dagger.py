@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from alfrl.dagger import DaggerConfig, Example, dagger, dagger_examples, expert_finish, expert_labels, reply_spans
+from alfrl.dagger import Branch, DaggerConfig, Example, dagger, dagger_examples, expert_finish, expert_labels, reply_spans
 from alfrl.expert import replay, solve
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import RolloutConfig, rollout_group
@@ -53,6 +53,16 @@ def _scripted(policy, game, replies: list[str]):
     return trajectory
 
 
+def _played(policy, game):
+    """An episode with a right action, a wrong one, a broken reply and one more, and the expert's labels."""
+    wrong = next(a for a in game_admissible(game) if a.startswith("go to") and a not in game.walkthrough)
+    replies = [tool_call("look"), tool_call(wrong), "I will look around.", tool_call("inventory")]
+    played = _scripted(policy, game, replies)
+    labels = expert_labels(game.path, [t.action for t in played.turns])
+    assert labels[0] == "look" and labels[1] != wrong and labels[2] == labels[3]
+    return replies, played, labels
+
+
 def test_examples_are_the_policys_history_then_the_experts_reply_token_for_token(policy, tiny_games):
     """A played episode (a right action, a wrong one, a broken reply): the turns the expert agrees with
     stay targets in place; each other turn is a branch that is, token for token, the episode replayed
@@ -60,36 +70,73 @@ def test_examples_are_the_policys_history_then_the_experts_reply_token_for_token
     walkthrough the one example is the supervised warm start's: the trajectory with its own mask."""
     fmt = ChatFormat(policy.tokenizer)
     game = next(g for g in tiny_games.games("train") if g.task_type == "pick_and_place_simple")
-    wrong = next(a for a in game_admissible(game) if a.startswith("go to") and a not in game.walkthrough)
-    replies = [tool_call("look"), tool_call(wrong), "I will look around.", tool_call("inventory")]
-    played = _scripted(policy, game, replies)
-    labels = expert_labels(game.path, [t.action for t in played.turns])
-    assert labels[0] == "look" and labels[1] != wrong and labels[2] == labels[3]
-    examples = dagger_examples(played, labels, fmt)
+    replies, played, labels = _played(policy, game)
+    (tree,) = dagger_examples(played, labels, fmt)
     spans = reply_spans(played.mask)
     assert len(spans) == 4
-    own, *branches = examples
-    assert own.tokens == played.tokens and own.spans == [spans[0]] and own.turns == [0]
-    assert [b.turns for b in branches] == [[1], [2], [3]]
+    assert tree.spans == [spans[0]] and tree.turns == [0] and [b.turn for b in tree.branches] == [1, 2, 3]
+    assert tree.tokens == played.tokens[:spans[3][0]]  # the trunk ends where the last branch starts
+    own, *branches = tree.sequences()
+    (start, end), n = spans[0], len(tree.tokens)
+    assert own.tokens == tree.tokens and own.mask == [0] * start + [1] * (end - start) + [0] * (n - end)
+    assert tree.target_tokens == sum(own.mask) + sum(sum(b.mask) for b in branches)
     for branch in branches:
         turn = branch.turns[0]
         replayed = _scripted(policy, game, replies[:turn] + [tool_call(labels[turn])])
         assert branch.tokens == replayed.tokens
         assert branch.mask == [0] * spans[turn][0] + [1] * (len(branch.tokens) - spans[turn][0])
         assert branch.mask == [0] * spans[turn][0] + replayed.mask[spans[turn][0]:]
-    assert len(dagger_examples(played, labels, fmt, max_branches=2)) == 3
-    assert dagger_examples(played, labels, fmt, max_branches=2) == dagger_examples(played, labels, fmt, max_branches=2)
+    (two,) = dagger_examples(played, labels, fmt, max_branches=2)
+    assert len(two.branches) == 2 and dagger_examples(played, labels, fmt, max_branches=2) == [two]
+    assert dagger_examples(played, [None] * 4, fmt) == []  # nothing labelled, nothing to learn
 
     walkthrough = list(game.walkthrough)
     expert = _scripted(policy, game, [tool_call(a) for a in walkthrough])
     (only,) = dagger_examples(expert, walkthrough, fmt)
-    assert only.tokens == expert.tokens and only.mask == expert.mask
+    assert not only.branches and only.tokens == expert.tokens[:len(only.tokens)]
+    assert only.mask == expert.mask[:len(only.tokens)] and sum(only.mask) == sum(expert.mask)
+
+
+def test_a_tree_trains_as_its_sequences_do(policy, tiny_games):
+    """The trunk run once with its branches reading its keys and values gives the loss and the LoRA
+    gradient of every branch run with its whole history (float32; the adapter moved off zero so that
+    every LoRA weight has a gradient)."""
+    import copy
+
+    import torch
+
+    from alfrl.prefix import can_share
+    from alfrl.sft import nll_loss
+
+    fmt = ChatFormat(policy.tokenizer)
+    game = next(g for g in tiny_games.games("train") if g.task_type == "pick_and_place_simple")
+    _, played, labels = _played(policy, game)
+    (tree,) = dagger_examples(played, labels, fmt)
+    p = copy.deepcopy(policy)
+    torch.manual_seed(1)
+    lora = [q for q in p.model.parameters() if q.requires_grad]
+    with torch.no_grad():
+        for q in lora:
+            q.add_(torch.randn_like(q) * 0.02)
+    assert can_share(p.model)
+    results = []
+    for share in (True, False):
+        p.model.zero_grad(set_to_none=True)
+        loss, tokens = nll_loss(p.model, [tree], share_prefix=share)
+        results.append((loss, tokens, [q.grad.clone() for q in lora]))
+    (shared, n, grads), (plain, m, plain_grads) = results
+    assert n == m == tree.target_tokens and shared == pytest.approx(plain, rel=1e-5)
+    norm = torch.cat([g.flatten() for g in plain_grads]).norm()
+    assert norm > 0
+    assert torch.cat([(a - b).flatten() for a, b in zip(grads, plain_grads)]).norm() < 1e-4 * norm
 
 
 def test_example_json_round_trip():
-    example = Example("g", [5, 6, 7, 8], [(1, 3)], [2])
+    example = Example("g", [5, 6, 7, 8], [(1, 3)], [2], [Branch(2, [9, 10], 3)])
     assert Example.from_json(json.loads(json.dumps(example.to_json()))) == example
-    assert example.mask == [0, 1, 1, 0]
+    assert example.mask == [0, 1, 1, 0] and example.target_tokens == 4
+    assert [e.tokens for e in example.sequences()] == [[5, 6, 7, 8], [5, 6, 9, 10]]
+    assert [e.mask for e in example.sequences()] == [[0, 1, 1, 0], [0, 0, 1, 1]]
 
 
 def _config(tmp_path, tiny_games, name: str, **kw) -> DaggerConfig:
@@ -119,7 +166,7 @@ def test_a_run_aggregates_its_rounds_and_resumes_to_the_same_adapter(tmp_path, t
     assert [r["round"] for r in rounds] == [1, 2] and all(r["games"] == 2 for r in rounds)
     assert rounds[1]["aggregate_examples"] == rounds[0]["aggregate_examples"] + rounds[1]["new_examples"]
     assert rounds[0]["aggregate_examples"] == 1 + rounds[0]["new_examples"]  # the walkthrough and the labels
-    assert rounds[0]["new_examples"] >= 2  # each episode gives at least its own turns or a branch
+    assert rounds[0]["new_examples"] == 2  # each episode gives one example: its own turns and its branches
     played = [_lines(whole / r / "labelled.jsonl") for r in ("round_01", "round_02")]
     assert len({line["game_id"] for lines in played for line in lines}) == 4  # new games every round
 
