@@ -38,6 +38,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.evaluate` success per split and task type
 - :mod:`alfrl.eval_stats` summaries, the Wilson interval and the paired sign test
 - :mod:`alfrl.eval_report` comparison tables and figures of evaluated checkpoints
+- :mod:`alfrl.failures`   how a lost episode fails: wrong object, loop, out of steps
 - :mod:`alfrl.practice` difficulty profiles, a practice pool with matched controls, wins at each visit
 - :mod:`alfrl.sft`      the expert warm start
 - :mod:`alfrl.dagger`   DAgger: the expert labels the states the policy reaches; fine-tune on them, round after round
