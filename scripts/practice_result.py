@@ -14,6 +14,8 @@ Stages (each skipped when its output is complete, so a re-run continues where it
            the example game, held-out outcomes, seconds.json): a few hundred KB
 
 ``--stages before train`` runs only those. The wall time of each stage goes into OUT/seconds.json.
+``--updates 12 --out runs/practice12`` trains a shorter run of the same preset (its folder and files are
+named seed0_12updates); copy OUT/before_* from another output folder to reuse its "before" stage.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def report(out: Path, seed_dir: Path, pool: dict) -> dict:
     result["example"] = example(out, seed_dir, pool)
     result["visits"] = [m.get("game_wins") for m in read_jsonl(seed_dir / "run" / "metrics.jsonl")]
     (seed_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
-    made_by = (f"Made by `python scripts/practice_result.py --seed {result['seed'][4:]} --samples {samples}`: the shipped "
+    seed, _, length = seed_dir.name[4:].partition("_")  # "seed1", or "seed0_12updates"
+    flags = f"--seed {seed}" + (f" --updates {length.removesuffix('updates')} --out {out}" if length else "")
+    made_by = (f"Made by `python scripts/practice_result.py {flags} --samples {samples}`: the shipped "
                "warm start before, the newest checkpoint of `--preset practice` after, on the pool of "
                "`data/practice/pool.json`; sampled at T=0.6 with seed 1 on both sides (common random numbers), greedy "
                "at temperature 0. p: one-sided sign-flip test on per-game differences (practised), two-sided (control), "
@@ -104,8 +108,9 @@ def example(out: Path, seed_dir: Path, pool: dict) -> dict | None:
     return None
 
 
-def collect(out: Path, seed_dir: Path, seed: int, pool: dict) -> None:
-    """The committed copy of a seed's results, in data/results/practice/."""
+def collect(out: Path, seed_dir: Path, seed: str, pool: dict) -> None:
+    """The committed copy of a seed's results, in data/results/practice/ (``seed``: the seed, or e.g.
+    "0_12updates" for a run of other length)."""
     import lzma
     import shutil
 
@@ -133,8 +138,9 @@ def collect(out: Path, seed_dir: Path, seed: int, pool: dict) -> None:
         records = selected_records(heldout_config(seed_dir / "heldout"))
         (dest / f"seed{seed}_heldout_outcomes.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in outcomes(records, f"practice seed {seed}")))
-    if (out / "seconds.json").is_file():
-        shutil.copy(out / "seconds.json", dest / "seconds.json")
+    if (out / "seconds.json").is_file():  # one file per output folder: seconds.json for runs/practice_result
+        name = "seconds.json" if out.name == "practice_result" else f"seconds_{out.name}.json"
+        shutil.copy(out / "seconds.json", dest / name)
     adapter = REPO_ROOT / "data" / "practice" / f"adapter_seed{seed}"
     _half_adapter(latest_checkpoint(run) / "adapter", adapter)
     print(f"copied into {dest.relative_to(REPO_ROOT)}; the adapter, in float16, into {adapter.relative_to(REPO_ROOT)}")
@@ -207,10 +213,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the measuring stages")
     parser.add_argument("--samples", type=int, default=16, help="episodes a game at the rollout temperature, "
                                                                  "before and after (the same for both)")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="train for this many updates instead of the preset's; the seed's folder and its "
+                             "committed files are then named seedS_Nupdates (the before stage is shared)")
     args = parser.parse_args()
     out, pool_file = Path(args.out), str(resolve_pool(args.pool))
     pool = read_pool(pool_file)
-    seed_dir = out / f"seed{args.seed}"
+    tag = f"{args.seed}" if args.updates in (None, preset("practice").updates) else f"{args.seed}_{args.updates}updates"
+    seed_dir = out / f"seed{tag}"
     seed_dir.mkdir(parents=True, exist_ok=True)
     seconds_file = out / "seconds.json"
     seconds = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
@@ -232,8 +242,9 @@ def main() -> None:
         elif stage == "bare":
             timed("bare", lambda: measure(out / "bare_greedy", "none", pool_file, True, args.samples))
         elif stage == "train":
-            config = preset("practice", run_dir=str(run), seed=args.seed, pool=pool_file)
-            timed(f"train_seed{args.seed}", lambda: train(resume=run) if (run / "config.json").is_file()
+            config = preset("practice", run_dir=str(run), seed=args.seed, pool=pool_file,
+                            **({"updates": args.updates} if args.updates else {}))
+            timed(f"train_seed{tag}", lambda: train(resume=run) if (run / "config.json").is_file()
                   else train(config))
         elif stage in ("after", "heldout"):
             checkpoint = latest_checkpoint(run)
@@ -241,14 +252,14 @@ def main() -> None:
                 raise SystemExit(f"{run} has no checkpoint: run the train stage first")
             adapter = str(checkpoint / "adapter")
             if stage == "after":
-                timed(f"after_seed{args.seed}", lambda: [measure(seed_dir / f"after_{m}", adapter, pool_file,
+                timed(f"after_seed{tag}", lambda: [measure(seed_dir / f"after_{m}", adapter, pool_file,
                                                                   m == "greedy", args.samples) for m in ("sampled", "greedy")])
             else:
-                timed(f"heldout_seed{args.seed}", lambda: evaluate(heldout_config(seed_dir / "heldout", adapter)))
+                timed(f"heldout_seed{tag}", lambda: evaluate(heldout_config(seed_dir / "heldout", adapter)))
         elif stage == "report":
             report(out, seed_dir, pool)
         else:
-            collect(out, seed_dir, args.seed, pool)
+            collect(out, seed_dir, tag, pool)
 
 
 if __name__ == "__main__":
