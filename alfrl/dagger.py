@@ -23,10 +23,9 @@ Taught in notebook 06 (why imitating an expert is not enough).
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -308,25 +307,13 @@ def round_dir(out: Path, r: int) -> Path:
 def dagger(config: DaggerConfig | None = None, progress: bool = True) -> Path:
     """Run DAgger's rounds (or the rest of them, with ``config.resume``); returns the last round's adapter."""
     from alfrl.models import torch_threads
-    from alfrl.rundir import DAGGER, prepare_output_dir
+    from alfrl.rundir import DAGGER, check_resumed_config, prepare_output_dir
 
     config = config or DaggerConfig()
     out = prepare_output_dir(config.out, DAGGER, overwrite=config.overwrite, resume=config.resume).path
-    _check_resumed_config(out, config)
+    check_resumed_config(out, config, RESUMABLE)
     with torch_threads(config.threads):
         return _dagger(config, out, progress)
-
-
-def _check_resumed_config(out: Path, config: DaggerConfig) -> None:
-    path = out / "config.json"
-    wanted = {k: v for k, v in asdict(config).items() if k not in RESUMABLE}
-    if path.is_file():
-        saved = {k: v for k, v in json.loads(path.read_text()).items() if k not in RESUMABLE}
-        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
-        if changed:
-            raise ValueError(f"{out} was started with other settings ({', '.join(changed)}); resume with the same "
-                             "settings, or pass --overwrite, or choose another --out")
-    path.write_text(json.dumps(asdict(config), indent=2))
 
 
 def _dagger(config: DaggerConfig, out: Path, progress: bool) -> Path:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 TRAIN, EVAL, DAGGER, RUN, FOREIGN = "train", "eval", "dagger", "run", "foreign"
@@ -62,7 +62,9 @@ def folder_kind(folder: str | Path) -> str | None:
     if "run_dir" in config:
         return TRAIN
     if "out" in config:
-        return DAGGER if "games_per_round" in config else EVAL if "resume" in config else RUN
+        if "games_per_round" in config:
+            return DAGGER
+        return RUN if "save_dtype" in config else EVAL if "resume" in config else RUN  # sft has both
     return FOREIGN
 
 
@@ -90,7 +92,8 @@ _REFUSE_SAME = {
           "them, or choose another {flag}",
     DAGGER: "{path} already holds a DAgger run; pass --resume to continue it, --overwrite to replace it, "
             "or choose another {flag}",
-    RUN: "{path} already exists and is not empty; choose another {flag}, or pass --overwrite to replace it",
+    RUN: "{path} already exists and is not empty; continue it with --resume (sft), choose another {flag}, "
+         "or pass --overwrite to replace it",
 }
 
 
@@ -125,3 +128,17 @@ def prepare_output_dir(folder: str | Path, kind: str, overwrite: bool = False, r
         shutil.rmtree(path)  # overwrite: a folder of this very kind, checked above
     path.mkdir(parents=True, exist_ok=True)
     return Prepared(path, created=not existed, kept=False)
+
+
+def check_resumed_config(out: Path, config, resumable: tuple[str, ...]) -> None:
+    """Refuse to continue the run in ``out`` with settings that change what it plays or learns (any field
+    but ``resumable``); then write ``config`` as the run's config.json."""
+    path = out / "config.json"
+    wanted = {k: v for k, v in asdict(config).items() if k not in resumable}
+    if path.is_file():
+        saved = {k: v for k, v in json.loads(path.read_text()).items() if k not in resumable}
+        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+        if changed:
+            raise ValueError(f"{out} was started with other settings ({', '.join(changed)}); resume with the same "
+                             "settings, or pass --overwrite, or choose another --out")
+    path.write_text(json.dumps(asdict(config), indent=2))

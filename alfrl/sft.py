@@ -25,15 +25,29 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from alfrl.checkpoint import append_jsonl, prepare_run_dir
+from alfrl.checkpoint import (
+    append_jsonl,
+    latest_checkpoint,
+    load_state,
+    save_checkpoint,
+    truncate_jsonl,
+)
 from alfrl.env import GroupEnv
 from alfrl.games import load_games
-from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter, torch_threads
-from alfrl.precision import warn_if_slow_bf16
+from alfrl.models import (
+    BUNDLED,
+    LoraSpec,
+    load_policy,
+    resolve_device,
+    save_adapter,
+    torch_threads,
+)
 from alfrl.ppo import _chunk_logprobs, _parts, micro_batches, sequence_logprobs
+from alfrl.precision import warn_if_slow_bf16
 from alfrl.prefix import can_share, run_prefix
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
+from alfrl.rundir import RUN, check_resumed_config, prepare_output_dir
 from alfrl.scripted import ScriptedSession, expert_replies, planned_expert_replies
 from alfrl.tracking import Trackers, check_log
 
@@ -43,9 +57,13 @@ class SFTConfig:
     """The warm start's settings; each field is a ``--flag`` of ``python -m alfrl sft``."""
 
     out: str = "runs/sft"
-    """Run folder: adapter/, metrics.jsonl, config.json."""
+    """Run folder: adapter/, metrics.jsonl, config.json, checkpoints/."""
     overwrite: bool = False
     """Replace an existing run folder instead of refusing."""
+    resume: bool = False
+    """Continue the run in --out from its last checkpoint (the same settings; the steps after it are redone)."""
+    checkpoint_every: int = 25
+    """Save the adapter, Adam's state and the RNG every this many steps (0: only the final adapter)."""
     model: str = BUNDLED
     """A hub id, a local model directory, or "bundled"."""
     device: str = "auto"
@@ -99,6 +117,10 @@ class SFTConfig:
     tensorboard (OUT/tensorboard/), wandb, swanlab, separated by commas (alfrl.tracking)."""
 
 
+RESUMABLE = ("out", "resume", "overwrite", "threads", "device", "checkpoint_every", "log")
+"""Fields a resumed run may change: they do not change what it learns."""
+
+
 def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool = True) -> list[Trajectory]:
     """Each game's walkthrough played through the real env and rollout code, as trajectories."""
     fmt = ChatFormat(policy.tokenizer)
@@ -117,6 +139,15 @@ def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool =
 def target_tokens(example) -> int:
     """The tokens an example (a trajectory, or a DAgger tree with branches) is trained on."""
     return getattr(example, "target_tokens", None) or sum(example.mask)
+
+
+def tokens_run(example, share_prefix: bool = True) -> int:
+    """The tokens the model reads for an example: its whole sequence; for a DAgger tree with a shared
+    prefix its trunk once plus each branch's reply, without it every branch with its whole history."""
+    branches = getattr(example, "branches", None) or []
+    if share_prefix:
+        return len(example.tokens) + sum(len(b.target) for b in branches)
+    return sum(len(s.tokens) for s in example.sequences())
 
 
 def nll_loss(model, examples: list, micro_batch_tokens: int = 4096, backward: bool = True, bf16: bool = False,
@@ -187,36 +218,55 @@ def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bo
 
 
 def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=None, progress: bool = True,
-        desc: str = "sft", share_prefix: bool = True) -> int:
+        desc: str = "sft", share_prefix: bool = True, checkpoint_dir: Path | None = None,
+        checkpoint_every: int = 0) -> int:
     """``config.epochs`` passes of Adam over ``examples`` (anything with ``tokens`` and ``mask``: the
     loss is on mask-1 tokens; DAgger trees also on their branches, :func:`nll_loss`),
     ``config.batch_size`` at a time in a seeded order; every step's metrics are appended to
-    ``metrics_file``. Returns the steps taken."""
+    ``metrics_file``. Returns the steps taken.
+
+    With ``checkpoint_dir``, Adam's state and the RNG are saved there every ``checkpoint_every`` steps
+    beside the adapter (:func:`alfrl.checkpoint.save_checkpoint`); a checkpoint found there is resumed
+    from: its steps are skipped in the same seeded order (the policy must already hold its adapter,
+    :func:`_train_sft` loads it), and metric lines after it are dropped, so no step is logged twice."""
     params = [p for p in policy.model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr)
     order = random.Random(config.seed)
     steps_per_epoch = -(-len(examples) // config.batch_size)
-    bar = tqdm(total=config.epochs * steps_per_epoch, desc=desc, unit="step", disable=not progress)
+    done = 0
+    if checkpoint_dir is not None and (last := latest_checkpoint(checkpoint_dir)) is not None:
+        done = load_state(last, optimizer)["step"]
+        truncate_jsonl(metrics_file, done)
+    bar = tqdm(total=config.epochs * steps_per_epoch, initial=done, desc=desc, unit="step", disable=not progress)
     policy.model.train()
+    sharing = share_prefix and can_share(policy.model)
     step = 0
     for epoch in range(config.epochs):
         shuffled = list(examples)
         order.shuffle(shuffled)
         for start in range(0, len(shuffled), config.batch_size):
+            if step < done:  # finished before the checkpoint this run resumed from
+                step += 1
+                continue
             tick = time.perf_counter()
+            batch = shuffled[start:start + config.batch_size]
             optimizer.zero_grad(set_to_none=True)
-            loss, tokens = nll_loss(policy.model, shuffled[start:start + config.batch_size],
-                                    config.micro_batch_tokens, bf16=config.bf16, share_prefix=share_prefix)
+            loss, tokens = nll_loss(policy.model, batch, config.micro_batch_tokens, bf16=config.bf16,
+                                    share_prefix=share_prefix)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
             optimizer.step()
             step += 1
-            metrics = {"step": step, "epoch": epoch, "loss": loss, "tokens": tokens, "grad_norm": grad_norm,
+            metrics = {"step": step, "epoch": epoch, "loss": loss, "tokens": tokens,
+                       "tokens_run": sum(tokens_run(e, sharing) for e in batch), "grad_norm": grad_norm,
                        "seconds": time.perf_counter() - tick}
             append_jsonl(metrics_file, [metrics])
             if trackers is not None:
                 trackers.log(metrics, step)
             bar.update()
             bar.set_postfix(loss=f"{loss:.3f}")
+            if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
+                save_checkpoint(checkpoint_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
+                                {"epoch": epoch})
     bar.close()
     return step
 
@@ -225,8 +275,11 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     """Render the expert trajectories, fine-tune the adapter on them, save it; returns the adapter dir."""
     config = config or SFTConfig()
     trackers_wanted = check_log(config.log)  # a missing tracker package is named before anything is written
-    out = prepare_run_dir(config.out, config.overwrite)
-    (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    out = prepare_output_dir(config.out, RUN, overwrite=config.overwrite, resume=config.resume).path
+    if config.resume:
+        check_resumed_config(out, config, RESUMABLE)  # the same settings, or a clear error; writes config.json
+    else:
+        (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
     with torch_threads(config.threads):
         return _train_sft(config, out, trackers_wanted, progress)
 
@@ -236,13 +289,17 @@ def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool) ->
                        max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
     torch.manual_seed(config.seed)
     warn_if_slow_bf16(resolve_device(config.device).type, ["--bf16"] * config.bf16)
-    policy = load_policy(config.model, lora=config.init_adapter or LoraSpec(rank=config.lora_rank,
-                                                                           alpha=config.lora_alpha),
-                         dtype=config.dtype, device=config.device)
+    last = latest_checkpoint(out)
+    start = str(last / "adapter") if last else config.init_adapter or LoraSpec(rank=config.lora_rank,
+                                                                                alpha=config.lora_alpha)
+    if last:
+        print(f"resuming {out} from {last.name}")
+    policy = load_policy(config.model, lora=start, dtype=config.dtype, device=config.device)
     trajectories = expert_trajectories(policy, games, config, progress)
     won = sum(t.won for t in trajectories)
     if won < len(trajectories):
         print(f"note: {len(trajectories) - won} expert trajectories were cut by the step or token limit")
     with Trackers(trackers_wanted, out, asdict(config)) as trackers:
-        fit(policy, trajectories, config, out / "metrics.jsonl", trackers, progress)
+        fit(policy, trajectories, config, out / "metrics.jsonl", trackers, progress, checkpoint_dir=out,
+            checkpoint_every=config.checkpoint_every)
     return save_adapter(policy, out / "adapter", dtype=config.save_dtype)

@@ -131,3 +131,53 @@ def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_
     logged = read_tensorboard(out)
     assert logged["loss"] == [(m["step"], pytest.approx(m["loss"], rel=1e-6)) for m in metrics]
     assert {"tokens", "grad_norm", "epoch"} <= set(logged)
+
+
+def test_an_interrupted_fine_tune_resumes_to_the_same_adapter_and_metrics(policy, tmp_path, monkeypatch):
+    """fit with checkpoints every 2 steps, killed in step 4 of 4, then resumed from step 2's checkpoint
+    (its adapter loaded into a fresh copy, as ``--resume`` does): the same LoRA weights and the same
+    metric lines, one per step, as the run that was never interrupted."""
+    from types import SimpleNamespace
+
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    import alfrl.sft as sft
+    from alfrl.checkpoint import latest_checkpoint, read_jsonl
+
+    g = torch.Generator().manual_seed(1)
+    examples = [SimpleNamespace(tokens=torch.randint(100, 5000, (24,), generator=g).tolist(), mask=[0] * 16 + [1] * 8)
+                for _ in range(4)]
+    config = SFTConfig(epochs=2, batch_size=2, lr=1e-3, seed=3)  # 2 steps an epoch, another order each epoch
+
+    def run(model, folder, fail_at=None):
+        calls = []
+        real = sft.nll_loss
+
+        def failing(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == fail_at:
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(sft, "nll_loss", failing)
+        return sft.fit(model, examples, config, folder / "metrics.jsonl", progress=False, checkpoint_dir=folder,
+                       checkpoint_every=2)
+
+    whole, cut = copy.deepcopy(policy), copy.deepcopy(policy)
+    (tmp_path / "whole").mkdir(), (tmp_path / "cut").mkdir()
+    assert run(whole, tmp_path / "whole") == 4
+    with pytest.raises(KeyboardInterrupt):
+        run(cut, tmp_path / "cut", fail_at=4)
+    last = latest_checkpoint(tmp_path / "cut")
+    assert last.name == "step_00002" and len(read_jsonl(tmp_path / "cut" / "metrics.jsonl")) == 3
+    resumed = copy.deepcopy(policy)
+    set_peft_model_state_dict(resumed.model, load_file(last / "adapter" / "adapter_model.safetensors"))
+    assert run(resumed, tmp_path / "cut") == 4
+    a, b = read_jsonl(tmp_path / "whole" / "metrics.jsonl"), read_jsonl(tmp_path / "cut" / "metrics.jsonl")
+    assert [m["step"] for m in b] == [1, 2, 3, 4]
+    assert [m["loss"] for m in b] == pytest.approx([m["loss"] for m in a], rel=1e-6)
+    trained = {n: p for n, p in whole.model.named_parameters() if p.requires_grad}
+    for name, p in resumed.model.named_parameters():
+        if p.requires_grad:
+            assert torch.allclose(p, trained[name], atol=1e-7), name
