@@ -78,13 +78,55 @@ def markdown_table(table) -> str:
     return "\n".join(lines)
 
 
+def task_table(results: dict[str, Result]):
+    """A pandas table, one row per named result: "won/games" per task type (short names), every split together."""
+    import pandas as pd
+    rows = {}
+    for name, result in results.items():
+        records = result_records(result)
+        rows[name] = {SHORT_TASK_NAMES.get(t, t): f"{sum(r['won'] for r in records if r['task_type'] == t)}/"
+                      f"{sum(r['task_type'] == t for r in records)}"
+                      for t in TASK_TYPES if any(r["task_type"] == t for r in records)}
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "checkpoint"
+    return table
+
+
+def failure_table(results: dict[str, Result]):
+    """A pandas table of how the lost episodes failed (:func:`alfrl.failures.failure_shares`, in %), one row
+    per result whose records keep their trajectories (committed outcomes do not: they get no row); None
+    when no result has them."""
+    import pandas as pd
+
+    from alfrl.failures import failure_shares
+    rows = {}
+    for name, result in results.items():
+        records = result_records(result)
+        if records and all("trajectory" in r for r in records):
+            shares = failure_shares(records)
+            rows[name] = {"lost": shares.pop("lost"), **{f"{mode} %": 100 * v for mode, v in shares.items()}}
+    if not rows:
+        return None
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "checkpoint"
+    return table
+
+
 def write_comparison(results: dict[str, Result], table: Path, figure: Path, summaries: Path,
                      outcomes_file: Path, note: str = "") -> str:
-    """A comparison as files to commit: the Markdown ``table`` (``note`` above it), the ``figure``, every
-    evaluation's summary in one JSON file and every game's outcome per checkpoint in one JSONL file (a
-    later checkpoint can be paired with these without evaluating the first again). Returns the table."""
+    """A comparison as files to commit: the Markdown ``table`` (``note`` above it; below it the solved games
+    per task type and, for the results that keep trajectories, how the lost episodes failed), the
+    ``figure``, every evaluation's summary in one JSON file and every game's outcome per checkpoint in one
+    JSONL file (a later checkpoint can be paired with these without evaluating the first again). Returns
+    the main table."""
     markdown = markdown_table(comparison_table(results))
-    Path(table).write_text((note + "\n\n" if note else "") + markdown + "\n")
+    text = (note + "\n\n" if note else "") + markdown + "\n"
+    text += "\nSolved per task type:\n\n" + markdown_table(task_table(results)) + "\n"
+    failures = failure_table(results)
+    if failures is not None:
+        text += ("\nHow the lost episodes failed (alfrl.failures; an episode can fail in several ways; results "
+                 "without stored trajectories have no row):\n\n" + markdown_table(failures) + "\n")
+    Path(table).write_text(text)
     comparison_figure(results, figure)
     Path(summaries).write_text(json.dumps(
         {name: result_summary(folder) for name, folder in results.items()}, indent=1))

@@ -150,7 +150,10 @@ def test_outcomes_file_pairs_like_the_folder(tmp_path):
     results = {"warm start": tmp_path / "before", "after": tmp_path / "after"}
     files = [tmp_path / name for name in ("t.md", "f.png", "s.json", "o.jsonl")]
     table = write_comparison(results, *files, note="made by hand")
-    assert files[0].read_text() == "made by hand\n\n" + table + "\n" and "+5/-1 (p=0.22)" in table
+    text = files[0].read_text()
+    assert text.startswith("made by hand\n\n" + table + "\n") and "+5/-1 (p=0.22)" in table
+    assert "| warm start | 3/10 |" in text and "| after | 7/10 |" in text  # solved per task type: one type here
+    assert "How the lost episodes failed" not in text  # these records keep no trajectories
     assert files[1].stat().st_size > 0 and set(json.loads(files[2].read_text())) == {"warm start", "after"}
     assert paired_outcomes([r for r in read_jsonl(files[3]) if r["checkpoint"] == "warm start"],
                            [r for r in read_jsonl(files[3]) if r["checkpoint"] == "after"]) == expected
@@ -219,3 +222,24 @@ def test_evaluate_on_official_valid_seen_games(tmp_path, real_data_dir):
     records = read_records(tmp_path / "real")
     assert all(r["split"] == "valid_seen" and r["trajectory"]["prompt_tokens"] > 100 for r in records)
     assert {r["task_type"] for r in records} <= set(s["tasks"]["valid_seen"])
+
+
+def test_failure_table_reads_the_lost_episodes_by_hand():
+    """Two lost episodes kept with their turns: one took an apple first in a mug game and ran out of steps,
+    one went back and forth for its last six moves without taking anything; a won one is not counted."""
+    from alfrl.eval_report import failure_table
+
+    def kept(won: bool, actions: list[str], end: str) -> dict:
+        return {"game_id": "pick_and_place_simple-Mug-None-Desk-301/trial_1", "task_type": "pick_and_place_simple",
+                "won": won, "end_reason": end,
+                "trajectory": {"turns": [{"action": a, "admissible": True} for a in actions]}}
+
+    records = [kept(False, ["go to desk 1", "take apple 1 from desk 1"], "max_steps"),
+               kept(False, ["go to desk 1", "go to shelf 1"] * 3, "max_tokens"),
+               kept(True, ["take mug 1 from desk 1"], "won")]
+    table = failure_table({"kept": records, "outcomes only": [{k: v for k, v in r.items() if k != "trajectory"}
+                                                              for r in records]})
+    assert list(table.index) == ["kept"]
+    assert table.loc["kept"].to_dict() == {"lost": 2, "wrong object %": 50.0, "took nothing %": 50.0, "loop %": 50.0,
+                                           "out of steps %": 50.0}
+    assert failure_table({"outcomes only": [{"won": False}]}) is None
