@@ -25,23 +25,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from alfrl.checkpoint import (
-    append_jsonl,
-    latest_checkpoint,
-    load_state,
-    save_checkpoint,
-    truncate_jsonl,
-)
+from alfrl.checkpoint import append_jsonl, latest_checkpoint, load_state, save_checkpoint, truncate_jsonl
 from alfrl.env import GroupEnv
 from alfrl.games import load_games
-from alfrl.models import (
-    BUNDLED,
-    LoraSpec,
-    load_policy,
-    resolve_device,
-    save_adapter,
-    torch_threads,
-)
+from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter, torch_threads
 from alfrl.ppo import _chunk_logprobs, _parts, micro_batches, sequence_logprobs
 from alfrl.precision import warn_if_slow_bf16
 from alfrl.prefix import can_share, run_prefix
