@@ -117,7 +117,6 @@ def check_ppo_step(device: torch.device) -> dict:
     from alfrl.ppo import PPOConfig, make_optimizer, ppo_step, sequence_logprobs
     from alfrl.trajectory import Trajectory
 
-    g = torch.Generator().manual_seed(2)
     runs = {}
     for checkpointing in (False, True):
         base = qwen3(TINY_QWEN3, device, torch.bfloat16)
