@@ -277,8 +277,9 @@ class DaggerConfig:
     """Adam learning rate."""
     batch_size: int = 4
     """Sequences per optimizer step."""
-    micro_batch_tokens: int = 4096
-    """Padded tokens per forward/backward pass."""
+    micro_batch_tokens: int = 1
+    """Padded tokens per forward/backward pass for the expert's walkthroughs; 1: each alone (faster on a CPU,
+    alfrl.sft.SFTConfig.micro_batch_tokens). Trees run one at a time in any case."""
     bf16: bool = False
     """bfloat16 autocast for the fine-tuning passes (fast only on a CPU with native bf16; alfrl.precision)."""
     share_prefix: bool = True
@@ -296,7 +297,7 @@ class DaggerConfig:
             raise ValueError(f"max_branches and expert_games must be >= 0 (got {self.max_branches}, {self.expert_games})")
 
 
-RESUMABLE = ("out", "resume", "overwrite", "threads", "device")
+RESUMABLE = ("out", "resume", "overwrite", "threads", "device", "micro_batch_tokens")
 """Fields a resumed run may change: they do not change what any round plays or learns."""
 
 

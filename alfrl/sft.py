@@ -79,9 +79,10 @@ class SFTConfig:
     """Adam learning rate."""
     batch_size: int = 4
     """Trajectories per optimizer step."""
-    micro_batch_tokens: int = 4096
-    """Padded tokens per forward/backward pass. On a CPU, 1 (each sequence alone) is faster: a padded pair
-    of sequences took twice the time of the two alone (benchmarks/sft_padding.py)."""
+    micro_batch_tokens: int = 1
+    """Padded tokens per forward/backward pass; 1: each sequence alone. On a CPU alone is faster: a padded
+    pair took 1.8x the time of the two alone, as the masked attention a padded batch needs is slow there
+    (data/results/sft_padding_amx.md). On a GPU, try 4096 or more."""
     max_steps: int = 50
     """Turn limit used to render the trajectories (as in rollouts)."""
     max_trajectory_tokens: int = 12000
