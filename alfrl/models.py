@@ -153,6 +153,9 @@ class Policy:
     model: object
     tokenizer: object
     name: str
+    engine: object = None
+    """A rollout engine that samples for this policy (:class:`alfrl.vllm_engine.VLLMEngine`); None: the
+    built-in sampler."""
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)

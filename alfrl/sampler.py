@@ -384,6 +384,9 @@ def new_session(policy, seed: int = 0) -> Session:
 def new_group_session(policy, seeds: list[int], batched: bool = True,
                       prefill_dtype: str | None = None) -> GroupSession:
     """A fresh session for ``len(seeds)`` branches of one group, one RNG seed each; ``prefill_dtype``
-    ("bfloat16"): read prompts and tool results under that autocast (see :mod:`alfrl.kvcache`)."""
+    ("bfloat16"): read prompts and tool results under that autocast (see :mod:`alfrl.kvcache`). A policy
+    with an ``engine`` (vLLM, :mod:`alfrl.vllm_engine`) samples there instead."""
+    if getattr(policy, "engine", None) is not None:
+        return policy.engine.session(stop_ids(policy.tokenizer), seeds)
     return GroupSession(policy.model, stop_ids(policy.tokenizer), seeds, pad_id(policy.tokenizer), batched=batched,
                         prefill_dtype=prefill_dtype)

@@ -33,6 +33,17 @@ command -v "$PY" >/dev/null 2>&1 || die "no $PY on PATH; set ALFRL_PYTHON to a P
 say "installing $PACKAGE into $VENV (a few GB of wheels; minutes)"
 "$VENV/bin/python" -m pip install --upgrade pip >/dev/null
 "$VENV/bin/python" -m pip install "$PACKAGE" || die "pip could not install $PACKAGE; see its message above"
-"$VENV/bin/vllm" --version >/dev/null 2>&1 || die "$PACKAGE installed, but $VENV/bin/vllm does not run"
+# The course serves text only. A torchvision/torchaudio wheel built against another torch than the one
+# installed (PyPI's, beside a local torch+cpu file) breaks `import vllm` through transformers; vLLM's text
+# path does not need them, so they go.
+SERVER="vllm.entrypoints.openai.api_server"
+if ! "$VENV/bin/python" -c "import $SERVER" >/dev/null 2>&1; then
+    say "the server module does not import; removing torchvision, torchaudio and torchcodec (unused for text)"
+    "$VENV/bin/python" -m pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+fi
+VERSION="$("$VENV/bin/python" -c "import vllm; print(vllm.__version__)" 2>/dev/null | tail -1)" \
+    || die "$PACKAGE installed, but 'import vllm' fails in $VENV; run it there to see why"
+"$VENV/bin/python" -c "import $SERVER" >/dev/null 2>&1 \
+    || die "$PACKAGE installed, but 'import $SERVER' fails in $VENV; run it there to see why"
 printf '%s' "$PACKAGE" > "$STAMP"
-say "done: $("$VENV/bin/vllm" --version 2>/dev/null | tail -1) in $VENV"
+say "done: vLLM $VERSION in $VENV (the course starts it as: $VENV/bin/python -m $SERVER)"

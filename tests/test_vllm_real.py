@@ -1,0 +1,90 @@
+"""vLLM as the rollout engine, for real: a `vllm serve` of the bundled model on this machine (CPU or GPU).
+
+Skips when the vLLM venv is absent (CI, most laptops). To run: `bash scripts/setup_vllm.sh`, then
+`.venv/bin/python -m pytest tests/test_vllm_real.py` (the server's first start takes about a minute).
+ALFRL_VLLM_THREADS=N gives the server N threads (default: vLLM's, every core)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+
+from alfrl.models import load_policy, resolve_adapter, resolve_model, save_adapter
+from alfrl.ppo import sequence_logprobs
+from alfrl.rollout import RolloutConfig, rollout_group
+from alfrl.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, missing_reason
+
+pytestmark = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
+
+LOGPROB_TOLERANCE = 2e-3
+"""Largest |vLLM - trainer| logprob per token, in nats, both in float32: different kernels, same math."""
+GREEDY = RolloutConfig(k=2, temperature=0.0, max_steps=4, max_new_tokens=48, max_trajectory_tokens=3000)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    config = VLLMConfig(max_model_len=4096, kv_cache_gb=1, threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")))
+    with VLLMServer(resolve_model("bundled"), config) as server:
+        yield VLLMEngine(server.url)
+
+
+@pytest.fixture(scope="module")
+def warm():
+    return load_policy(lora="warmstart")
+
+
+@pytest.fixture(scope="module")
+def game(tiny_games):
+    return tiny_games.games("valid_seen")[0]
+
+
+def sampled_gaps(policy, trajectories, temperature: float) -> list[float]:
+    """|sampler logprob - trainer logprob| on every sampled token of ``trajectories``."""
+    with torch.no_grad():
+        trainer = sequence_logprobs(policy.model, [t.tokens for t in trajectories], temperature=temperature)
+    return [abs(t.logprobs[i] - float(trainer[row, i])) for row, t in enumerate(trajectories)
+            for i, m in enumerate(t.mask) if m]
+
+
+def test_greedy_replies_through_vllm_equal_the_built_in_samplers(engine, warm, game):
+    engine.load_adapter(resolve_adapter("warmstart"))
+    builtin = rollout_group(warm, game, GREEDY)
+    served = rollout_group(replace(warm, engine=engine), game, GREEDY)
+    assert [t.tokens for t in served] == [t.tokens for t in builtin]
+    assert [t.mask for t in served] == [t.mask for t in builtin]
+    assert [t.won for t in served] == [t.won for t in builtin]
+    assert max(sampled_gaps(warm, served, 1.0)) < LOGPROB_TOLERANCE  # greedy logprobs are reported at T=1
+
+
+def test_sampled_logprobs_are_the_processed_distributions(engine, warm, game):
+    engine.load_adapter(resolve_adapter("warmstart"))
+    sampled = rollout_group(replace(warm, engine=engine), game, replace(GREEDY, temperature=0.6, seed=3))
+    gaps = sampled_gaps(warm, sampled, 0.6)
+    assert len(gaps) > 20 and max(gaps) < LOGPROB_TOLERANCE
+
+
+def test_after_an_update_vllm_serves_the_new_adapter_under_a_new_name(engine, warm, game, tmp_path):
+    import copy
+
+    policy = copy.deepcopy(warm)
+    engine.load_adapter(resolve_adapter("warmstart"))
+    old_name = engine.model
+    trajectory = rollout_group(replace(policy, engine=engine), game, replace(GREEDY, k=1))[0]
+    # One update: a gradient step that makes the trajectory's own replies likelier.
+    optimizer = torch.optim.Adam([p for p in policy.model.parameters() if p.requires_grad], lr=1e-3)
+    logp = sequence_logprobs(policy.model, [trajectory.tokens])[0]
+    mask = torch.tensor(trajectory.mask, dtype=torch.float32)
+    (-(logp * mask).sum() / mask.sum()).backward()
+    optimizer.step()
+    new_name = engine.load_adapter(save_adapter(policy, tmp_path / "update1"))
+    assert new_name != old_name and new_name in engine.served_models() and old_name not in engine.served_models()
+    prompt, reply = trajectory.tokens[:trajectory.prompt_tokens], trajectory.tokens[trajectory.prompt_tokens:]
+    served = engine.token_logprobs(prompt, reply)
+    with torch.no_grad():
+        before = sequence_logprobs(warm.model, [trajectory.tokens])[0, trajectory.prompt_tokens:].tolist()
+        after = sequence_logprobs(policy.model, [trajectory.tokens])[0, trajectory.prompt_tokens:].tolist()
+    assert max(abs(a - b) for a, b in zip(after, before)) > 20 * LOGPROB_TOLERANCE  # the update moved them
+    assert max(abs(s - a) for s, a in zip(served, after)) < LOGPROB_TOLERANCE
