@@ -22,6 +22,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.trajectory` a played trajectory: turns, tokens, sampled-token mask, JSONL
 - :mod:`alfrl.rollout`  group rollouts, one turn at a time: sample, parse, step, extend the prompt
 - :mod:`alfrl.scripted` scripted replies (the expert) through the real rollout
+- :mod:`alfrl.vllm_engine` vLLM as an optional rollout engine: a server in its own venv, behind the sampler's seam
 - :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics
 - :mod:`alfrl.viewer`   a trajectory's tokens by role or advantage
 - :mod:`alfrl.prefix`   a group's shared prefix, run once in the update

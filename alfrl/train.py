@@ -42,6 +42,7 @@ from alfrl.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepar
 from alfrl.tracking import Trackers, parse_log
 from alfrl.train_config import PRESETS, TRAIN_RANGES, TrainConfig, check_config, preset  # noqa: F401 (re-exported)
 from alfrl.train_eval import EVAL_LOG, check_eval_games, drop_later_evals, eval_due, evaluate_step, evaluated_steps
+from alfrl.vllm_engine import serve_weights, start_for
 
 
 def training_games(config: TrainConfig) -> list:
@@ -176,8 +177,10 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
     trackers = _open_trackers(config, run_dir, history, done, pending_eval)
+    server = start_for(policy, config, run_dir / "vllm_serve.log") if config.sampler == "vllm" else None
     try:
         if pending_eval:  # the policy before training, or an evaluation an interruption cut short
+            _serve(policy, run_dir, done)
             trackers.log(evaluate_step(policy, config, run_dir, done, progress), done)
             _plot(history, run_dir)
         for step in bar:
@@ -190,6 +193,7 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
                 save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
                                 {"cursor": cursor}, keep_last=config.keep_checkpoints)
             if eval_due(config, step):
+                _serve(policy, run_dir, step)
                 trackers.log(evaluate_step(policy, config, run_dir, step, progress), step)
             _plot(history, run_dir)
             bar.set_postfix(reward=f"{metrics['reward']:.2f}", success=f"{metrics['success']:.2f}")
@@ -202,6 +206,8 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
         raise
     finally:
         trackers.close()
+        if server:
+            server.stop()
     print(summary(history, run_dir))
     return history
 
@@ -321,6 +327,7 @@ def _reference(policy, run_dir: Path, step: int) -> FrozenAdapter:
 def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: list, step: int, cursor: int,
                 run_dir: Path, progress: bool) -> dict:
     begin = time.perf_counter()
+    _serve(policy, run_dir, step - 1)  # the rollouts sample the weights after the previous update
     kept, played = play_update(policy, config, games, step, cursor, progress)
     rollout_seconds = time.perf_counter() - begin
     stats = batch_stats(played, config.advantage())  # what the policy did: every group played
@@ -335,6 +342,12 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
             "update_seconds": update_seconds, "episodes_per_minute": 60 * stats["trajectories"] / max(
                 rollout_seconds + update_seconds, 1e-9), "peak_rss_gb": peak_rss_gb(),
             "peak_gpu_gb": peak_gpu_gb(), "games": [g[0].game_id for g in played], "game_wins": game_wins(played)}
+
+
+def _serve(policy, run_dir: Path, version: int) -> None:
+    """With --sampler vllm: the server gets the adapter as it is after ``version`` updates."""
+    if policy.engine is not None:
+        serve_weights(policy, run_dir / "vllm_adapter", version)
 
 
 def peak_rss_gb() -> float:

@@ -120,6 +120,9 @@ class TrainConfig:
     sample_dtype: str | None = None
     """Roll out with a copy of the policy whose adapter is merged and cast to this dtype ("bfloat16":
     half the bytes per decode step, KV cache included); None: sample with the trained model itself."""
+    sampler: str = "builtin"
+    """The rollout engine: "builtin" (alfrl.sampler, in this process) or "vllm" (a vllm serve of the model from
+    .venv-vllm, made by scripts/setup_vllm.sh, given the adapter after every update; alfrl.vllm_engine)."""
     prefill_dtype: str | None = None
     """Read prompts and tool results in rollouts under this autocast ("bfloat16": ~1.7x faster reads on a
     CPU with AMX/avx512_bf16, far slower on other CPUs; decode steps stay in the sampling model's precision).
@@ -303,6 +306,18 @@ def check_config(config: TrainConfig) -> None:
     if config.sample_dtype not in (None, "float32") and config.old_logprobs != "trainer":
         raise ValueError(f"--sample-dtype {config.sample_dtype} samples in another precision than the trainer's: "
                          "use --old-logprobs trainer, or the PPO ratio starts away from 1")
+    if config.sampler not in ("builtin", "vllm"):
+        raise ValueError(f"--sampler must be builtin or vllm (got {config.sampler!r})")
+    if config.sampler == "vllm":
+        from alfrl.vllm_engine import missing_reason
+        if config.old_logprobs != "trainer":
+            raise ValueError("--sampler vllm computes logprobs with other kernels than the trainer's: use "
+                             "--old-logprobs trainer (and --tis-cap 2 to correct for the gap)")
+        if config.draft_tokens or config.sample_dtype not in (None, "float32") or config.prefill_dtype:
+            raise ValueError("--draft-tokens, --sample-dtype and --prefill-dtype set the built-in sampler; with "
+                             "--sampler vllm leave them at their defaults (vLLM runs in --dtype)")
+        if missing_reason():
+            raise FileNotFoundError(f"--sampler vllm: {missing_reason()}")
     if config.prefill_dtype is not None and config.old_logprobs != "trainer":
         raise ValueError(f"--prefill-dtype {config.prefill_dtype} reads prompts in another precision than the "
                          "trainer's: use --old-logprobs trainer, or the PPO ratio starts away from 1")

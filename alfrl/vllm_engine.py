@@ -66,6 +66,10 @@ class VLLMConfig:
     """At least the adapter's LoRA rank."""
     max_num_seqs: int = 64
     """Sequences decoded together (a group of 8, or a batch of groups)."""
+    max_num_batched_tokens: int = 0
+    """Tokens one engine step may run; 0: ``max_model_len x max_num_seqs``, so that no prompt is prefilled in
+    chunks. On a CPU vLLM 0.32 cannot take a chunked prefill with a seeded request (its worker dies with
+    "CPU Generator does not use offset"), and every request here is seeded."""
     kv_cache_gb: int = 2
     """On a CPU: GiB of memory for the paged KV cache (``VLLM_CPU_KVCACHE_SPACE``)."""
     gpu_memory_utilization: float = 0.5
@@ -108,6 +112,7 @@ class VLLMServer:
                 "--model", self.model_dir, "--host", "127.0.0.1",
                 "--port", str(self.port), "--served-model-name", "base", "--dtype", c.dtype,
                 "--max-model-len", str(c.max_model_len), "--max-num-seqs", str(c.max_num_seqs),
+                "--max-num-batched-tokens", str(c.max_num_batched_tokens or c.max_model_len * c.max_num_seqs),
                 "--enable-prefix-caching", "--enable-lora", "--max-lora-rank", str(c.max_lora_rank),
                 "--max-loras", "1", "--logprobs-mode", "processed_logprobs", "--seed", str(c.seed),
                 "--gpu-memory-utilization", str(c.gpu_memory_utilization), "--disable-log-stats"]
@@ -208,6 +213,8 @@ class VLLMEngine:
         """The name requests use: "base", or the LoRA adapter loaded last."""
         self.loaded: list[str] = []
         """Every adapter name loaded so far, oldest first (never reused)."""
+        self.version: int | None = None
+        """Which weights the served adapter holds (updates done), when :func:`serve_weights` loaded it."""
 
     def load_adapter(self, directory: str | Path) -> str:
         """Serve the PEFT adapter in ``directory`` under a new name; unload the previous one."""
@@ -280,11 +287,40 @@ class VLLMSession:
         return samples
 
 
+def serve_weights(policy, folder: str | Path, version: int) -> None:
+    """Make ``policy.engine`` serve the policy's current adapter, known as weights ``version`` (updates
+    done): saved under ``folder`` and loaded under a new name, unless that version is served already."""
+    engine = policy.engine
+    if getattr(engine, "version", None) == version:
+        return
+    from alfrl.models import save_adapter
+    import shutil
+    folder = Path(folder)
+    target = folder / f"weights{version}"
+    shutil.rmtree(target, ignore_errors=True)
+    engine.load_adapter(save_adapter(policy, target))
+    for old in folder.glob("weights*"):  # the server has read it; only the newest stays on disk
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
+    engine.version = version
+
+
+def start_for(policy, config, log: str | Path) -> VLLMServer:
+    """Start a server of ``policy``'s base model in the trainer's dtype and attach it (``policy.engine``)."""
+    from alfrl.models import resolve_device, resolve_dtype, resolve_model
+    dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).replace("torch.", "")
+    needed = config.max_trajectory_tokens + config.max_new_tokens
+    server = VLLMServer(resolve_model(config.model), VLLMConfig(
+        dtype=dtype, max_model_len=needed, max_num_seqs=max(8, config.k * max(1, config.groups_per_batch)),
+        threads=config.threads or 0, seed=config.seed), log=log).start()
+    log_line = f"vllm serve answering at {server.url} (log: {server.log})"
+    print(f"[alfrl.vllm] {log_line}", file=sys.stderr, flush=True)
+    attach(policy, VLLMEngine(server.url))
+    return server
+
+
 def attach(policy, engine: VLLMEngine | None):
     """Make ``policy``'s rollouts sample on ``engine`` (None: the built-in sampler again)."""
     policy.engine = engine
     return policy
 
-
-def log(message: str) -> None:
-    print(f"[alfrl.vllm] {message}", file=sys.stderr, flush=True)

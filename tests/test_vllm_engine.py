@@ -117,3 +117,26 @@ def test_a_policy_with_an_engine_gets_its_sessions_from_it(fake, policy):
     assert isinstance(session, VLLMSession) and session.branches == [0, 1, 2]
     assert session.stop_ids == {policy.tokenizer.eos_token_id, policy.tokenizer.convert_tokens_to_ids("<|im_end|>")}
     assert not isinstance(new_group_session(policy, seeds=[1]), VLLMSession)
+
+
+def test_the_served_adapter_changes_only_when_the_weights_do(fake, policy, tmp_path):
+    from dataclasses import replace
+
+    from alfrl.vllm_engine import serve_weights
+    on_vllm = replace(policy, engine=fake)
+    serve_weights(on_vllm, tmp_path, 0)  # before update 1's rollouts
+    serve_weights(on_vllm, tmp_path, 0)  # an evaluation of the same weights: nothing to load
+    assert len(fake.loaded) == 1 and fake.version == 0
+    serve_weights(on_vllm, tmp_path, 1)  # after update 1
+    assert len(fake.loaded) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["weights1"]
+    assert (tmp_path / "weights1" / "adapter_config.json").is_file()
+
+
+def test_a_vllm_training_config_that_cannot_work_is_refused(tmp_path):
+    from alfrl.train_config import TrainConfig, check_config
+    with pytest.raises(ValueError, match="--sampler must be builtin or vllm"):
+        check_config(TrainConfig(sampler="sglang", init_adapter=None))
+    with pytest.raises(ValueError, match="--old-logprobs trainer"):
+        check_config(TrainConfig(sampler="vllm", old_logprobs="sampler", init_adapter=None))
+    with pytest.raises(ValueError, match="leave them at their defaults"):
+        check_config(TrainConfig(sampler="vllm", draft_tokens=4, init_adapter=None))

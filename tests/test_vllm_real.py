@@ -88,3 +88,27 @@ def test_after_an_update_vllm_serves_the_new_adapter_under_a_new_name(engine, wa
         after = sequence_logprobs(policy.model, [trajectory.tokens])[0, trajectory.prompt_tokens:].tolist()
     assert max(abs(a - b) for a, b in zip(after, before)) > 20 * LOGPROB_TOLERANCE  # the update moved them
     assert max(abs(s - a) for s, a in zip(served, after)) < LOGPROB_TOLERANCE
+
+
+def test_a_training_run_samples_on_vllm_and_serves_each_updates_adapter(tiny_games, tmp_path):
+    import json
+
+    from alfrl.train import TrainConfig, train
+
+    config = TrainConfig(run_dir=str(tmp_path / "run"), data_dir=str(tiny_games.root), split="valid_seen",
+                         updates=2, games_per_update=2, k=4, max_steps=4, max_new_tokens=48, temperature=1.0,
+                         max_trajectory_tokens=3000, lr=1e-3, lora_rank=4, lora_alpha=8, workers=0,
+                         init_adapter="warmstart", max_expert_steps=None, max_receptacles=None,
+                         sampler="vllm", tis_cap=2.0, subgoal_reward=0.1,
+                         threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")) or None)
+    history = train(config, progress=False)
+    assert [m["step"] for m in history] == [1, 2]
+    assert all(m["trajectories"] == 8 for m in history)
+    trained = [m for m in history if "sampler_abs_logprob_diff" in m]  # updates whose group had a reward spread
+    assert trained
+    for m in trained:  # the sampler/trainer gap is logged; vLLM's float32 logprobs are the trainer's, nearly
+        assert m["sampler_abs_logprob_diff"] < LOGPROB_TOLERANCE and abs(m["sampler_ratio_mean"] - 1) < 0.01
+    served = sorted(p.name for p in (tmp_path / "run" / "vllm_adapter").iterdir())
+    assert served == ["weights1"]  # update 2's rollouts sampled the weights after update 1; older ones deleted
+    assert (tmp_path / "run" / "vllm_serve.log").stat().st_size > 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["sampler"] == "vllm"
