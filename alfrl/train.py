@@ -177,8 +177,10 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
     bar = tqdm(range(done + 1, config.updates + 1), desc="updates", unit="update", disable=not progress,
                initial=done, total=config.updates)
     trackers = _open_trackers(config, run_dir, history, done, pending_eval)
-    server = start_for(policy, config, run_dir / "vllm_serve.log") if config.sampler == "vllm" else None
+    server = None
     try:
+        if config.sampler == "vllm":
+            server = start_for(policy, config, run_dir / "vllm_serve.log")
         if pending_eval:  # the policy before training, or an evaluation an interruption cut short
             _serve(policy, run_dir, done)
             trackers.log(evaluate_step(policy, config, run_dir, done, progress), done)
