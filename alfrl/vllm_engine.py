@@ -63,7 +63,8 @@ class VLLMConfig:
     max_model_len: int = 16384
     """Longest prompt + reply in tokens (the trajectory budget and a reply)."""
     max_lora_rank: int = 64
-    """At least the adapter's LoRA rank."""
+    """At least the adapter's LoRA rank; no more than needed: vLLM pads every adapter to it, and on a CPU its
+    LoRA ops (``vllm/lora/ops/torch_ops``) gather a copy of the adapter's matrices for every token."""
     max_num_seqs: int = 64
     """Sequences decoded together (a group of 8, or a batch of groups)."""
     max_num_batched_tokens: int = 0
@@ -305,14 +306,21 @@ def serve_weights(policy, folder: str | Path, version: int) -> None:
     engine.version = version
 
 
+def lora_rank(policy) -> int:
+    """The rank of ``policy``'s LoRA adapter, rounded up to one vLLM accepts (8, 16, 32, 64, ...)."""
+    rank = max(config.r for config in policy.model.peft_config.values())
+    return next(r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank)
+
+
 def start_for(policy, config, log: str | Path) -> VLLMServer:
     """Start a server of ``policy``'s base model in the trainer's dtype and attach it (``policy.engine``)."""
     from alfrl.models import resolve_device, resolve_dtype, resolve_model
     dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).replace("torch.", "")
     needed = config.max_trajectory_tokens + config.max_new_tokens
+    rank = lora_rank(policy)
     server = VLLMServer(resolve_model(config.model), VLLMConfig(
         dtype=dtype, max_model_len=needed, max_num_seqs=max(8, config.k * max(1, config.groups_per_batch)),
-        threads=config.threads or 0, seed=config.seed), log=log).start()
+        max_lora_rank=rank, threads=config.threads or 0, seed=config.seed), log=log).start()
     log_line = f"vllm serve answering at {server.url} (log: {server.log})"
     print(f"[alfrl.vllm] {log_line}", file=sys.stderr, flush=True)
     attach(policy, VLLMEngine(server.url))

@@ -22,7 +22,7 @@ from alfrl.games import load_games
 from alfrl.models import load_policy, resolve_adapter, resolve_model
 from alfrl.paths import REPO_ROOT
 from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer
+from alfrl.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, lora_rank
 
 
 def play(policy, games, config: RolloutConfig) -> dict:
@@ -53,7 +53,8 @@ def main() -> None:
     policy = load_policy("bundled", lora="warmstart")
     results = {"built-in sampler": play(policy, games, config)}
     tick = time.perf_counter()
-    serving = VLLMConfig(max_model_len=4096, kv_cache_gb=2, threads=args.vllm_threads, max_num_seqs=args.k)
+    serving = VLLMConfig(max_model_len=4096, kv_cache_gb=2, threads=args.vllm_threads, max_num_seqs=args.k,
+                         max_lora_rank=lora_rank(policy))
     with VLLMServer(resolve_model("bundled"), serving) as server:
         start = time.perf_counter() - tick
         engine = VLLMEngine(server.url)

@@ -140,3 +140,8 @@ def test_a_vllm_training_config_that_cannot_work_is_refused(tmp_path):
         check_config(TrainConfig(sampler="vllm", old_logprobs="sampler", init_adapter=None))
     with pytest.raises(ValueError, match="leave them at their defaults"):
         check_config(TrainConfig(sampler="vllm", draft_tokens=4, init_adapter=None))
+
+
+def test_the_server_is_sized_to_the_adapters_rank(policy):
+    from alfrl.vllm_engine import lora_rank
+    assert lora_rank(policy) == 8  # the fixture's rank 4, rounded up to the smallest rank vLLM takes
