@@ -348,7 +348,7 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
 
 def _serve(policy, run_dir: Path, version: int) -> None:
     """With --sampler vllm: the server gets the adapter as it is after ``version`` updates."""
-    if policy.engine is not None:
+    if getattr(policy, "engine", None) is not None:
         serve_weights(policy, run_dir / "vllm_adapter", version)
 
 
