@@ -74,7 +74,9 @@ def main() -> None:
               "replies are equal and that the logprobs agree."]
     print("\n".join(lines))
     if args.out:
-        command = (f"python benchmarks/vllm_vs_builtin.py --games {args.games} --k {args.k} --threads {args.threads} "
+        command = (f"python benchmarks/vllm_vs_builtin.py --games {args.games} --k {args.k} "
+                   f"--max-steps {args.max_steps} --max-new-tokens {args.max_new_tokens} "
+                   f"--temperature {args.temperature} --threads {args.threads} "
                    f"--vllm-threads {args.vllm_threads} --out {args.out}")
         Path(args.out).write_text("\n".join(lines) + f"\n\nCommand: `{command}`\n")
 
