@@ -23,7 +23,12 @@ def _paired_cell(first: str | Path, folder: str | Path) -> str:
         paired = paired_outcomes(first, folder)
     except ValueError:  # evaluated on other games: nothing to pair
         return "no shared games"
-    return f"+{paired['gained']}/-{paired['lost']} (p={paired['p_value']:.2f})"
+    return f"+{paired['gained']}/-{paired['lost']} (p={p_text(paired['p_value'])})"
+
+
+def p_text(p: float) -> str:
+    """A p-value for a table: two decimals, or one significant digit below 0.01 (so 6e-14 is not 0.00)."""
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.0e}"
 
 
 Result = str | Path | list[dict]

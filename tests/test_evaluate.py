@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from alfrl.checkpoint import read_jsonl
-from alfrl.eval_report import markdown_table, write_comparison
+from alfrl.eval_report import markdown_table, p_text, write_comparison
 from alfrl.eval_stats import games_needed, outcomes, sign_test_power
 from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
                             selected_records, summarize, wilson_interval)
@@ -243,3 +243,7 @@ def test_failure_table_reads_the_lost_episodes_by_hand():
     assert table.loc["kept"].to_dict() == {"lost": 2, "wrong object %": 50.0, "took nothing %": 50.0, "loop %": 50.0,
                                            "out of steps %": 50.0}
     assert failure_table({"outcomes only": [{"won": False}]}) is None
+
+
+def test_a_tiny_p_value_keeps_its_size_in_a_table():
+    assert [p_text(p) for p in (14 / 64, 0.0156, 0.00978, 5.7e-14, 1.0)] == ["0.22", "0.02", "1e-02", "6e-14", "1.00"]
