@@ -3,7 +3,7 @@
 Commands:
   setup      expand the committed game packs into data/games (seconds) and list them
   demo       play one game to the end with ALFWorld's expert, in the real engine
-             (--agent warmstart|grpo|PATH: the course's own agent plays a held-out game instead)
+             (--agent warmstart_expert|warmstart|grpo|PATH: the course's own agent plays a held-out game)
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
@@ -61,14 +61,15 @@ def cmd_games(args: argparse.Namespace) -> None:
     print(_table(args.data_dir))
 
 
-AGENT_GAME = ("valid_unseen", 1)
+AGENT_GAME = ("valid_unseen", 14)
 """The agent's default game: (split, index) among the small rooms (``--max-expert-steps 8
 --max-receptacles 20``, the cpu preset's and the learning result's filters) of the committed games,
-sorted by id: look_at_obj_in_light-CellPhone-None-DeskLamp-305/trial_alfrl_s0_valid_unseen_00014, a
-held-out game (a floor plan never used for training, 11 receptacles) and one of the 5 of these 20 games
-that the shipped warm start wins in ``python -m alfrl eval --adapter warmstart --split valid_unseen
---max-expert-steps 8 --max-receptacles 20 --max-steps 10 --max-new-tokens 48``: it wins in 6 turns of 10,
-in about 25 s on a CPU core."""
+sorted by id: pick_and_place_simple-Watch-None-Drawer-205/trial_alfrl_s0_valid_unseen_00010, a held-out
+game (a floor plan never used for training, 15 receptacles) and one of the 11 of these 20 games that the
+default warm start wins in ``python -m alfrl eval --adapter warmstart_expert --split valid_unseen
+--max-expert-steps 8 --max-receptacles 20 --max-steps 10 --max-new-tokens 48`` (the first warm start
+wins 5): it looks on the sofa first, finds the watch on the next table and wins in 7 turns of 10, in
+about 40 s on 2 cores busy with another job."""
 
 HELD_OUT = {"valid_unseen": "held out: a room on a floor plan never used in training",
             "valid_seen": "held out: a new room on a training floor plan, never trained on",
@@ -96,18 +97,18 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
-    """``--agent``'s adapter, the model it belongs to, and a description: ``warmstart`` or ``grpo`` (shipped),
-    a LoRA adapter folder, a checkpoint folder (its ``adapter/``) or a training run directory (the adapter
-    of its newest checkpoint, on the model its config.json names unless ``model`` is given). A clear
-    FileNotFoundError when PATH holds none of these."""
+    """``--agent``'s adapter, the model it belongs to, and a description: a shipped one (``warmstart_expert``,
+    ``warmstart``, ``grpo``), a LoRA adapter folder, a checkpoint folder (its ``adapter/``) or a training
+    run directory (the adapter of its newest checkpoint, on the model its config.json names unless
+    ``model`` is given). A clear FileNotFoundError when PATH holds none of these."""
     from alfrl.checkpoint import latest_checkpoint
     from alfrl.models import BUNDLED, SHIPPED, resolve_adapter
     from alfrl.rundir import read_config
     if agent in SHIPPED:
         return agent, model or BUNDLED, f"{SHIPPED[agent][0]} in {_shown(resolve_adapter(agent))}"
     path = Path(agent)
-    how = ("pass --agent warmstart (the shipped warm start), --agent grpo (the shipped GRPO adapter), a LoRA "
-           "adapter folder (holding adapter_config.json, "
+    how = ("pass --agent warmstart_expert (the default warm start), --agent warmstart (the first one), --agent "
+           "grpo (the shipped GRPO adapter), a LoRA adapter folder (holding adapter_config.json, "
            "e.g. runs/sft/adapter or runs/cpu/checkpoints/step_00006/adapter), or a training run directory "
            "(e.g. runs/cpu: its newest checkpoint's adapter)")
     if not path.exists():
@@ -310,11 +311,13 @@ def _add_demo(sub: argparse._SubParsersAction, cpu: TrainConfig) -> None:
     p.add_argument("--split", help="valid_seen (the expert's default), valid_unseen (the agent's), or train")
     p.add_argument("--task", choices=TASK_TYPES, help="only games of this task type")
     p.add_argument("--index", type=int, help="which game of the split (sorted by id; default 0, or for --agent "
-                                             f"{AGENT_GAME[0]} game {AGENT_GAME[1]}, which the warm start wins)")
-    p.add_argument("--agent", metavar="warmstart|grpo|PATH",
-                   help="the agent plays instead of the expert: warmstart (the shipped warm start), grpo (the "
-                        "shipped GRPO adapter: the warm start after 12 updates), a LoRA adapter "
-                        "folder, or a training run directory (its newest checkpoint)")
+                                             f"{AGENT_GAME[0]} game {AGENT_GAME[1]}, which the default warm start "
+                                             "wins)")
+    p.add_argument("--agent", metavar="warmstart_expert|warmstart|grpo|PATH",
+                   help="the agent plays instead of the expert: warmstart_expert (the default warm start, "
+                        "data/warmstart_expert), warmstart (the first one, data/warmstart), grpo (the shipped "
+                        "GRPO adapter: the first warm start after 12 updates), a LoRA adapter folder, or a "
+                        "training run directory (its newest checkpoint)")
     p.add_argument("--model", help="the agent's base model (default: the bundled SmolLM2-135M, or the run's model)")
     p.add_argument("--max-steps", type=int, default=cpu.max_steps,
                    help=f"the agent's turns (default {cpu.max_steps}, as the cpu preset)")

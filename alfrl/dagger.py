@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from alfrl.checkpoint import append_jsonl, read_jsonl
 from alfrl.expert import MAX_EXPERT_STEPS, _move_as_put
-from alfrl.models import BUNDLED
+from alfrl.models import BUNDLED, DEFAULT_WARM_START
 from alfrl.protocol import ChatFormat
 from alfrl.scripted import tool_call
 from alfrl.sft import fit
@@ -243,8 +243,9 @@ class DaggerConfig:
     """"auto" (a CUDA GPU if there is one, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
     dtype: str = "auto"
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16"."""
-    init_adapter: str | None = "warmstart"
-    """The policy of the first round: a saved adapter (a folder, or a shipped one: "warmstart"); None: a fresh one."""
+    init_adapter: str | None = DEFAULT_WARM_START
+    """The policy of the first round: a saved adapter (a folder, or a shipped one: "warmstart_expert",
+    "warmstart"); None: a fresh one."""
     data_dir: str | None = None
     """Games folder (default: the committed generated games)."""
     split: str = "train"

@@ -14,24 +14,40 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alfrl.bundled import BUNDLED, bundled_model_dir, cache_dir  # noqa: F401 (re-exported)
-from alfrl.paths import GRPO_DIR, REPO_ROOT, WARM_START_DIR
+from alfrl.paths import EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, WARM_START_DIR
 
 # transformers v5 renamed gradient checkpointing to activation checkpointing; peft (and the v4 names
 # this course keeps, which work on both) trigger its deprecation warnings: not the learner's business.
 warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated",
                         category=FutureWarning)
 
+
+def _in_repo(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT))
+
+
 WARM_START = "warmstart"
-"""``lora=WARM_START`` (``--init-adapter warmstart``) loads the expert warm start shipped with the
-course for the bundled model (``data/warmstart``, made by ``python -m alfrl sft``)."""
+"""``lora=WARM_START`` (``--init-adapter warmstart``) loads the first expert warm start shipped with the
+course for the bundled model (``data/warmstart``: 150 walkthroughs of at most 8 steps, made by
+``python -m alfrl sft``)."""
+EXPERT_WARM_START = "warmstart_expert"
+"""``lora=EXPERT_WARM_START`` loads the default warm start (``data/warmstart_expert``): the first one
+continued on 320 more walkthroughs of up to 20 steps, which wins 54 of the 123 held-out rooms greedily
+against the first one's 20 (docs/results.md). Training (``--init-adapter``), DAgger and the agent's demo
+start from it."""
+DEFAULT_WARM_START = EXPERT_WARM_START
+"""The adapter training starts from unless told otherwise."""
 GRPO = "grpo"
-"""``lora=GRPO`` (``--adapter grpo``) loads the warm start after the 12-update GRPO run of docs/results.md,
-shipped with the course for the bundled model (``data/grpo``)."""
-SHIPPED = {WARM_START: ("the shipped warm start (expert SFT)", str(WARM_START_DIR.relative_to(REPO_ROOT))),
-           GRPO: ("the shipped GRPO adapter (the warm start after 12 GRPO updates)", str(GRPO_DIR.relative_to(REPO_ROOT)))}
+"""``lora=GRPO`` (``--adapter grpo``) loads the first warm start after the 12-update GRPO run of
+docs/results.md, shipped with the course for the bundled model (``data/grpo``)."""
+SHIPPED = {WARM_START: ("the first warm start (expert SFT, 150 walkthroughs)", _in_repo(WARM_START_DIR)),
+           EXPERT_WARM_START: ("the default warm start (the first on 320 more expert walkthroughs)",
+                                 _in_repo(EXPERT_WARM_START_DIR)),
+           GRPO: ("the shipped GRPO adapter (the first warm start after 12 GRPO updates)", _in_repo(GRPO_DIR))}
 """The adapters that ship with the course, by name: what they are, and their folder in the repository."""
-HOW_TO_MAKE = {WARM_START: "make one for it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
-                           "--init-adapter runs/sft/adapter",
+_SFT = ("make one for it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
+        "--init-adapter runs/sft/adapter")
+HOW_TO_MAKE = {WARM_START: _SFT, EXPERT_WARM_START: _SFT,
                GRPO: "train one for it with: python -m alfrl train --model {model} --run-dir runs/mine, then pass "
                      "its runs/mine/checkpoints/step_*/adapter"}
 
@@ -182,7 +198,7 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
 
     ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
     directory of a saved adapter (loaded trainable, to continue training), or a shipped adapter's
-    name (:data:`SHIPPED`: ``"warmstart"``, ``"grpo"``) for the bundled model.
+    name (:data:`SHIPPED`: ``"warmstart"``, ``"warmstart_expert"``, ``"grpo"``) for the bundled model.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -225,7 +241,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
 
 
 ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or python -m alfrl sft), restore "
-               "a shipped one with git checkout -- data/warmstart (or data/grpo), or pass another adapter")
+               "a shipped one with git checkout -- data/warmstart_expert (or data/warmstart, data/grpo), or pass "
+               "another adapter")
 
 
 def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
@@ -253,8 +270,8 @@ def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
 
 
 def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
-    """The directory of a saved adapter; a name in :data:`SHIPPED` (``"warmstart"``, ``"grpo"``) is that
-    adapter of the course (bundled model only)."""
+    """The directory of a saved adapter; a name in :data:`SHIPPED` (``"warmstart"``, ``"warmstart_expert"``,
+    ``"grpo"``) is that adapter of the course (bundled model only)."""
     if str(adapter) not in SHIPPED:
         return Path(adapter)
     what, folder = SHIPPED[str(adapter)]

@@ -13,10 +13,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PACK_DIR = REPO_ROOT / "data" / "packs"
 """Compact generated games, committed: one ``<split>.jsonl.xz`` per split."""
 WARM_START_DIR = REPO_ROOT / "data" / "warmstart"
-"""The expert warm start for the bundled model, committed (a float16 LoRA adapter; its README says
-how it was made)."""
+"""The first expert warm start for the bundled model (150 short walkthroughs), committed (a float16 LoRA
+adapter; its README says how it was made)."""
+EXPERT_WARM_START_DIR = REPO_ROOT / "data" / "warmstart_expert"
+"""The default warm start: the first one continued on 320 more walkthroughs of up to 20 steps, committed
+(a float16 LoRA adapter; its README has the command, the cost and what it wins on held-out rooms)."""
 GRPO_DIR = REPO_ROOT / "data" / "grpo"
-"""The warm start after the 12-update GRPO run of docs/results.md (cpu preset, seed 0), committed; its README
+"""The first warm start after the 12-update GRPO run of docs/results.md (cpu preset, seed 0), committed; its README
 gives the command that made it and what it does on held-out games."""
 
 

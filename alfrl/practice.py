@@ -37,7 +37,7 @@ TRAJECTORIES = "trajectories.jsonl"
 class ProfileConfig:
     """Which games to play, how often and with which policy; each field is a ``--flag`` of
     ``python -m alfrl profile``. The defaults are the cpu preset's rollouts (its temperature, rooms and
-    episode budgets) with the shipped warm start."""
+    episode budgets) with the first warm start (the practice pool was chosen from its profile)."""
 
     out: str = "runs/profile/warmstart"
     """Folder for profile.jsonl (one line per game), trajectories.jsonl (every episode) and config.json."""

@@ -58,7 +58,8 @@ class SFTConfig:
     dtype: str = "auto"
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     init_adapter: str | None = None
-    """Continue training a saved adapter (a folder, or a shipped one: "warmstart", "grpo") instead of a fresh one."""
+    """Continue training a saved adapter (a folder, or a shipped one: "warmstart_expert",
+    "warmstart", "grpo") instead of a fresh one."""
     lora_rank: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -96,7 +97,7 @@ class SFTConfig:
     slower (26x measured on an AVX2 CPU; alfrl.precision), and a note says so.
     Only the warm start uses it: RL keeps float32 so that training and sampling logprobs agree."""
     save_dtype: str | None = None
-    """Store the adapter as "float16" or "bfloat16" (half the size; the shipped warm start uses float16)."""
+    """Store the adapter as "float16" or "bfloat16" (half the size; the shipped warm starts use float16)."""
     seed: int = 0
     """Seeds the game sample, the order and the adapter's init."""
     threads: int | None = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from alfrl.advantage import AdvantageConfig
 from alfrl.bundled import BUNDLED
 from alfrl.checks import Range, check_fields
+from alfrl.models import DEFAULT_WARM_START, WARM_START
 from alfrl.precision import native_bf16_cpu, warn_if_slow_bf16
 from alfrl.ppo import PPOConfig
 from alfrl.rollout import RolloutConfig
@@ -30,10 +31,11 @@ class TrainConfig:
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     device: str = "auto"
     """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
-    init_adapter: str | None = "warmstart"
-    """Start from a saved LoRA adapter instead of a fresh one: a folder, "warmstart" (the expert warm
-    start shipped for the bundled model, see python -m alfrl sft), "grpo" (the shipped GRPO adapter, to
-    train it further), or "none" for a fresh adapter."""
+    init_adapter: str | None = DEFAULT_WARM_START
+    """Start from a saved LoRA adapter instead of a fresh one: a folder, or one shipped for the bundled
+    model: "warmstart_expert" (the default warm start, expert SFT on 470 walkthroughs), "warmstart" (the
+    first one, 150 short walkthroughs; the RL runs of docs/results.md started from it), "grpo" (the shipped
+    GRPO adapter, to train it further); or "none" for a fresh adapter."""
     lora_rank: int = 8
     """Rank of a fresh LoRA adapter."""
     lora_alpha: int = 16
@@ -208,11 +210,13 @@ def cpu_preset(native_bf16: bool) -> dict:
 
 def practice_preset(native_bf16: bool) -> dict:
     """The practice preset: the cpu preset's method and rollouts on the fixed pool of
-    data/practice/pool.json (8 games the warm start wins some of the time), 2 games an update, so every
-    game comes back every 4 updates, 5 visits in 20 updates. Every group is trained (no dynamic sampling:
-    the pool is fixed, and a group all won or all lost has zero advantage and adds no gradient anyway).
+    data/practice/pool.json (8 games the first warm start wins some of the time: its difficulty profile
+    chose them, so the preset starts from it), 2 games an update, so every game comes back every 4
+    updates, 5 visits in 20 updates. Every group is trained (no dynamic sampling: the pool is fixed, and a
+    group all won or all lost has zero advantage and adds no gradient anyway).
     Seed 0 took 89 minutes on 2 cores of an AMD EPYC with AVX512_BF16 (docs/results.md, "Practice")."""
     return {**cpu_preset(native_bf16), "run_dir": "runs/practice", "pool": "data/practice/pool.json",
+            "init_adapter": WARM_START,  # the pool is chosen from this adapter's profile
             "dynamic_sampling": False, "games_per_update": 2, "updates": 20}
 
 
@@ -228,15 +232,17 @@ PRESETS: dict[str, dict] = {
                       checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1,
                       tis_cap=2.0),
 }
-"""cpu: the bundled small model from the shipped warm start, small rooms and short episodes, 10 updates of
-2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic sampling, at most 4
-groups played per update), rollouts with the adapter merged into a float32 copy, replies decoded
-speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16 or AMX) prompts read in
-bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower); about 4.5 minutes an
-update on 2 cores of such a CPU, 45 in all (see docs/results.md for what this does and does not
-achieve). practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20
-updates (:func:`practice_preset`; scripts/practice_result.py measures what it gains on them and on matched controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1,
-LoRA rank 32, lr 1e-6) for a GPU, with truncated importance sampling (cap 2) for its bf16 sampler."""
+"""cpu: the bundled small model from the default warm start (data/warmstart_expert; the figures of
+docs/results.md's cpu runs are from the first one, ``--init-adapter warmstart``), small rooms and short
+episodes, 10 updates of 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic
+sampling, at most 4 groups played per update), rollouts with the adapter merged into a float32 copy, replies
+decoded speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16 or AMX) prompts
+read in bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower); about 4.5 minutes
+an update on 2 cores of such a CPU, 45 in all (see docs/results.md for what this does and does not achieve).
+practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20 updates
+(:func:`practice_preset`; scripts/practice_result.py measures what it gains on them and on matched
+controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA
+rank 32, lr 1e-6) for a GPU, with truncated importance sampling (cap 2) for its bf16 sampler."""
 
 
 def preset(name: str, **overrides) -> TrainConfig:

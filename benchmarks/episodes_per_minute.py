@@ -2,9 +2,10 @@
 side by side in one run: rollout / logprob recompute (forward) / backward, and the sampler/trainer ratio
 drift before the first step.
 
-Each variant loads the preset's starting policy (the warm start), plays one update's groups of the same
-games, and trains on every trajectory (advantages set to +1/-1 alternately, so an update costs what a real
-one costs whatever the rewards were).
+Each variant loads the first warm start (``data/warmstart``, the policy the committed logs were measured
+with; ``--set init_adapter=warmstart_expert`` in a variant starts from the default one), plays one
+update's groups of the same games, and trains on every trajectory (advantages set to +1/-1
+alternately, so an update costs what a real one costs whatever the rewards were).
 
     python benchmarks/episodes_per_minute.py                       # before vs the cpu preset now
     python benchmarks/episodes_per_minute.py --set bf16=false      # add a variant: the preset with overrides
@@ -25,6 +26,7 @@ from dataclasses import replace
 import torch
 
 import alfrl.attention
+from alfrl.models import WARM_START
 from alfrl.ppo import make_optimizer, ppo_update, summarize_steps
 from alfrl.train import load_for_training, play_update, preset, training_games
 
@@ -84,12 +86,13 @@ def main() -> None:
     parser.add_argument("--skip-before", action="store_true", help="do not run the old settings")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    variants = [] if args.skip_before else [("before", preset(args.preset, **BEFORE), True)]
-    variants.append(("now: " + args.preset, preset(args.preset), False))
+    first = {"init_adapter": WARM_START} if args.preset == "cpu" else {}  # the committed logs' policy
+    variants = [] if args.skip_before else [("before", preset(args.preset, **first, **BEFORE), True)]
+    variants.append(("now: " + args.preset, preset(args.preset, **first), False))
     for extra in args.set:
         overrides = parse_overrides(extra.split())
         plain = bool(overrides.pop(PLAIN_ATTENTION, False))
-        variants.append((extra, preset(args.preset, **overrides), plain))
+        variants.append((extra, preset(args.preset, **{**first, **overrides}), plain))
     rows = []
     for name, config, plain in variants:
         print(f"{name}: {config.games_per_update} games x {config.k}, {config.groups_per_batch} groups per decode "

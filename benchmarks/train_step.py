@@ -1,9 +1,9 @@
 """One training update at the cpu preset, timed: rollout / logprob recompute / backward + optimizer step,
 with peak memory (RSS) after each phase.
 
-The rollout is real (the preset's policy, the warm start for cpu, plays one update's groups). So
-that every trajectory trains whatever the rewards were, the update is timed with advantages set to
-+1/-1 alternately, which costs exactly what a real update costs.
+The rollout is real (for cpu the first warm start, ``data/warmstart``, as in the committed logs, plays
+one update's groups). So that every trajectory trains whatever the rewards were, the update is timed
+with advantages set to +1/-1 alternately, which costs exactly what a real update costs.
 
     python benchmarks/train_step.py
 """
@@ -17,6 +17,7 @@ import time
 import torch
 
 from alfrl.advantage import assign_advantages
+from alfrl.models import WARM_START
 from alfrl.ppo import make_optimizer, ppo_step
 from alfrl.rollout import rollout_batch
 from alfrl.train import games_for_update, load_for_training, preset, training_games
@@ -34,12 +35,14 @@ def main() -> None:
                         help="override the preset's setting")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    overrides = {} if args.gradient_checkpointing is None else {"gradient_checkpointing": args.gradient_checkpointing}
+    overrides = {"init_adapter": WARM_START} if args.preset == "cpu" else {}  # the committed logs' policy
+    if args.gradient_checkpointing is not None:
+        overrides["gradient_checkpointing"] = args.gradient_checkpointing
     config = preset(args.preset, **overrides)
     print(f"preset {args.preset}: {config.games_per_update} games x {config.k}, {config.max_steps} steps, "
           f"{config.max_new_tokens} new tokens per reply, LoRA rank {config.lora_rank}; {args.threads} threads; "
           f"gradient checkpointing {'on' if config.gradient_checkpointing else 'off'}")
-    policy = load_for_training(config)  # the preset's start: the warm start for cpu
+    policy = load_for_training(config)  # the first warm start
     print(f"loaded: peak RSS {peak_rss_mb():.0f} MB")
 
     ppo = config.ppo()

@@ -1,5 +1,7 @@
-"""The learning result on a CPU (docs/results.md): the shipped warm start, then GRPO with the cpu preset,
-evaluated before and after with the same settings on the generated valid_unseen small rooms.
+"""The learning result on a CPU (docs/results.md): a warm start, then GRPO with the cpu preset from it,
+evaluated before and after with the same settings on the generated valid_unseen small rooms. The warm
+start is the first one (``--init-adapter warmstart``, as in docs/results.md's figures) unless
+``--init-adapter`` names another (e.g. ``warmstart_expert``, the preset's default).
 
     python scripts/cpu_learning_result.py --seeds 0 1 --out runs/learning
 
@@ -57,13 +59,21 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="games per split (default: all small rooms)")
     parser.add_argument("--updates", type=int, default=None,
                         help="PPO updates (default: the cpu preset's; runs are then named after it)")
+    parser.add_argument("--init-adapter", default=WARM_START,
+                        help="the warm start evaluated first and trained from (default: warmstart, the first one; "
+                             "runs from another are named after it)")
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
                         help="change the cpu preset, e.g. --set temperature=0.7 (runs are then named after it)")
     args = parser.parse_args()
     overrides = parse_overrides(args.set, preset("cpu"))
+    warm = overrides.pop("init_adapter", None) or args.init_adapter  # --set init_adapter=X as --init-adapter X
     tag = "".join(f"_{k}{v}" for k, v in overrides.items())
     if args.updates is not None and args.updates != preset("cpu").updates:
         tag += f"_updates{args.updates}"
+    slug = Path(warm).parent.name if Path(warm).name == "adapter" else Path(warm).name  # a checkpoint: its step
+    warm_name = "warm start" if warm == WARM_START else f"warm start {slug}"
+    tag += "" if warm == WARM_START else f"_from_{slug}"
+    overrides["init_adapter"] = warm
     out = Path(args.out)
     data = Path(args.data_dir).resolve() if args.data_dir else None
     data_name = (data.parent.name if data.name == "json_2.1.1" else data.name) if data else ""
@@ -72,9 +82,9 @@ def main() -> None:
     seconds: dict[str, float] = {}
     results = {}
     base = preset("cpu", seed=args.seeds[0], **overrides)
-    timed("eval warm start", seconds, evaluate,  # reused when done (same settings)
-          eval_config(base, evals / "warm start", WARM_START, args.split, args.limit, args.data_dir))
-    results["warm start"] = evals / "warm start"
+    timed(f"eval {warm_name}", seconds, evaluate,  # reused when done (same settings)
+          eval_config(base, evals / warm_name, warm, args.split, args.limit, args.data_dir))
+    results[warm_name] = evals / warm_name
     for seed in args.seeds:
         run_dir = out / f"seed{seed}{tag}"
         config = preset("cpu", run_dir=str(run_dir), seed=seed, **overrides)

@@ -77,7 +77,7 @@ def report(out: Path, seed_dir: Path, pool: dict) -> dict:
     (seed_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     seed, _, length = seed_dir.name[4:].partition("_")  # "seed1", or "seed0_12updates"
     flags = f"--seed {seed}" + (f" --updates {length.removesuffix('updates')} --out {out}" if length else "")
-    made_by = (f"Made by `python scripts/practice_result.py {flags} --samples {samples}`: the shipped "
+    made_by = (f"Made by `python scripts/practice_result.py {flags} --samples {samples}`: the first "
                "warm start before, the newest checkpoint of `--preset practice` after, on the pool of "
                "`data/practice/pool.json`; sampled at T=0.6 with seed 1 on both sides (common random numbers), greedy "
                "at temperature 0. p: one-sided sign-flip test on per-game differences (practised), two-sided (control), "

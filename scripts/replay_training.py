@@ -6,7 +6,8 @@
 Rollouts are most of a CPU run's cost, so comparing algorithms on the *same* episodes is the cheap
 comparison at equal cost: each update of the run (its groups, in the order it played them) becomes
 one update of ``--algo`` (:func:`alfrl.train.learn`, the code ``python -m alfrl train --algo`` runs),
-from the same starting adapter, with the cpu preset's settings (``--set key=value`` changes one). The
+from the same starting adapter (the first warm start, which the committed runs started from), with the
+cpu preset's settings (``--set key=value`` changes one). The
 episodes were sampled by the run's own policy, so for any algorithm but the run's they are off-policy:
 say so next to any figure made this way. Writes ``OUT/metrics.jsonl`` (one line per update) and
 ``OUT/adapter`` (evaluate it with ``python -m alfrl eval --adapter OUT/adapter``).
@@ -33,7 +34,7 @@ from tqdm.auto import tqdm
 
 from alfrl.checkpoint import append_jsonl
 from alfrl.cli import parse_overrides
-from alfrl.models import save_adapter
+from alfrl.models import WARM_START, save_adapter
 from alfrl.engine import make_fast_engine
 from alfrl.ppo import make_optimizer
 from alfrl.subgoals import replay_progress
@@ -78,8 +79,9 @@ def main() -> None:
                         help="TrainConfig settings on top of the cpu preset (e.g. dpo_beta=0.2); last, after the file")
     args = parser.parse_args()
     out = Path(args.out)
-    config = preset("cpu", **{**parse_overrides(args.set, preset("cpu")), "algo": args.algo, "run_dir": str(out),
-                               "k": args.k})
+    # the committed runs started from the first warm start: so does their replay (--set init_adapter=... to change)
+    config = preset("cpu", **{"init_adapter": WARM_START, **parse_overrides(args.set, preset("cpu")), "algo": args.algo,
+                               "run_dir": str(out), "k": args.k})
     check_config(config)
     out.mkdir(parents=True, exist_ok=False)
     (out / "config.json").write_text(json.dumps({**config.__dict__, "trajectories": args.trajectories}, indent=2))

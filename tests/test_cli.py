@@ -109,7 +109,7 @@ def test_demo_agent_plays_turn_by_turn(tiny_games):
     assert out.returncode == 0, out.stderr
     [game] = load_games("valid_unseen", tiny_games.root, task_types=("pick_and_place_simple",))
     assert f"game  valid_unseen/{game.game_id} (held out: " in out.stdout
-    assert "The course's agent plays it: SmolLM2-135M-Instruct (bundled) with the shipped warm start" in out.stdout
+    assert "The course's agent plays it: SmolLM2-135M-Instruct (bundled) with the first warm start" in out.stdout
     assert "greedy (temperature 0.01), at most 2 turns of 48 new tokens" in out.stdout
     assert "-= Welcome to TextWorld, ALFRED! =-" in out.stdout
     assert "[ 1] " in out.stdout
@@ -146,6 +146,8 @@ def test_demo_agent_takes_a_run_directory(tmp_path):
     # the shipped adapters, by name
     from alfrl.paths import GRPO_DIR
     assert agent_adapter("warmstart", None)[:2] == ("warmstart", "bundled")
+    name, model, what = agent_adapter("warmstart_expert", None)
+    assert (name, model) == ("warmstart_expert", "bundled") and "data/warmstart_expert" in what
     name, model, what = agent_adapter("grpo", None)
     assert (name, model) == ("grpo", "bundled") and "GRPO" in what and str(GRPO_DIR.name) in what
 
@@ -160,14 +162,16 @@ def test_demo_agent_without_an_adapter_is_a_clear_error(tmp_path, where):
     assert out.stdout == "" and "Traceback" not in out.stderr
     assert out.stderr.startswith(f"error: --agent {path}: {path} ")
     assert ("does not exist" if where == "missing" else "holds no LoRA adapter") in out.stderr
-    assert "pass --agent warmstart" in out.stderr and "a training run directory" in out.stderr
+    assert "pass --agent warmstart_expert" in out.stderr and "a training run directory" in out.stderr
 
 
 @pytest.mark.slow
 def test_demo_agent_default_game_is_a_held_out_win():
-    """The quick start's last step: the warm start wins its default held-out game (as its evaluation did)."""
-    out = alfrl("demo", "--agent", "warmstart")
+    """The quick start's last step: the default warm start wins its default held-out game (as its evaluation
+    did), after looking where the watch was not."""
+    out = alfrl("demo", "--agent", "warmstart_expert")
     assert out.returncode == 0, out.stderr
-    assert "game  valid_unseen/look_at_obj_in_light-CellPhone-None-DeskLamp-305/" in out.stdout
+    assert "game  valid_unseen/pick_and_place_simple-Watch-None-Drawer-205/" in out.stdout
     assert "(held out: a room on a floor plan never used in training" in out.stdout
-    assert "won: True after 6 steps, 0 invalid actions; won" in out.stdout
+    assert "> go to sofa 1" in out.stdout and "> take watch 1 from sidetable 1" in out.stdout
+    assert "won: True after 7 steps, 0 invalid actions; won" in out.stdout

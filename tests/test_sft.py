@@ -116,6 +116,33 @@ def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
     assert len(t.turns) == 1 and t.turns[0].valid_format and t.turns[0].admissible
 
 
+def test_the_default_warm_start_continues_the_first(tiny_games):
+    """data/warmstart_expert (``--init-adapter warmstart_expert``, the default of train and dagger): the first
+    warm start's LoRA shape, moved by 320 more walkthroughs, and valid, admissible tool calls on a game it
+    never saw, the first of them the walkthroughs' ``look``."""
+    from safetensors.torch import load_file
+
+    from alfrl.models import DEFAULT_WARM_START, check_adapter, load_policy, resolve_adapter
+    from alfrl.paths import EXPERT_WARM_START_DIR, WARM_START_DIR
+    from alfrl.rollout import RolloutConfig, rollout_group
+    from alfrl.train_config import TrainConfig
+
+    assert DEFAULT_WARM_START == TrainConfig().init_adapter == "warmstart_expert"
+    assert resolve_adapter("warmstart_expert") == check_adapter("warmstart_expert") == EXPERT_WARM_START_DIR
+    assert (EXPERT_WARM_START_DIR / "adapter_model.safetensors").stat().st_size < 6_000_000
+    with pytest.raises(ValueError, match="bundled model"):
+        resolve_adapter("warmstart_expert", "Qwen/Qwen3-4B")
+    first, more = (load_file(d / "adapter_model.safetensors") for d in (WARM_START_DIR, EXPERT_WARM_START_DIR))
+    assert first.keys() == more.keys() and all(first[k].shape == more[k].shape for k in first)
+    assert all(not torch.equal(first[k], more[k]) for k in first if "lora_B" in k)
+    policy = load_policy(lora="warmstart_expert")
+    game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
+    (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=3, max_new_tokens=48, temperature=0.0,
+                                                     workers=0))
+    assert [turn.valid_format and turn.admissible for turn in t.turns] == [True] * len(t.turns)
+    assert t.turns[0].action == "look"
+
+
 def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_path):
     """python -m alfrl sft end to end on one tiny game: the adapter, one metrics line per step, and the same
     numbers in TensorBoard (--log tensorboard, the default)."""
