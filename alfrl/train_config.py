@@ -237,8 +237,9 @@ docs/results.md's cpu runs are from the first one, ``--init-adapter warmstart``)
 episodes, 10 updates of 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic
 sampling, at most 4 groups played per update), rollouts with the adapter merged into a float32 copy, replies
 decoded speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16 or AMX) prompts
-read in bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower); about 4.5 minutes
-an update on 2 cores of such a CPU, 45 in all (see docs/results.md for what this does and does not achieve).
+read in bfloat16 and a bf16 update (float32 elsewhere: emulated bfloat16 is 6-26x slower); on 2 cores of such a
+CPU about 4.5 minutes an update from the first warm start (45 in all) and 3.7 from the default one (see
+docs/results.md for what this does and does not achieve).
 practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20 updates
 (:func:`practice_preset`; scripts/practice_result.py measures what it gains on them and on matched
 controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA
