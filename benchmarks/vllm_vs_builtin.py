@@ -1,5 +1,5 @@
 """Rollout engines side by side: the built-in KV-cached sampler against a vLLM server, in one run, on the
-same groups (K branches of each game, the same seeds), with the shipped warm start on the bundled model.
+same groups (K branches of each game, the same seeds), with the first warm start (data/warmstart) on the bundled model.
 
 Printed (and written with --out as Markdown): per engine, wall seconds, episodes per minute, sampled
 tokens per second and wins; for vLLM also its start-up time (not in its rollout time: a trainer starts
@@ -63,7 +63,7 @@ def main() -> None:
         results["vLLM"] = play(replace(policy, engine=engine), games, config)
     lines = [f"{platform.processor() or platform.machine()}, {args.threads} threads, torch {torch.__version__}; "
              f"{args.games} held-out games x K={args.k} at T={args.temperature}, {args.max_steps} steps, "
-             f"{args.max_new_tokens} new tokens a reply; the shipped warm start on the bundled 135M model, float32",
+             f"{args.max_new_tokens} new tokens a reply; the first warm start on the bundled 135M model, float32",
              "", "| engine | seconds | episodes/min | sampled tokens/s | won |", "|---|---|---|---|---|"]
     for name, r in results.items():
         lines.append(f"| {name} | {r['wall']:.1f} | {60 * r['episodes'] / r['wall']:.1f} | "
