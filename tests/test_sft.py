@@ -73,18 +73,26 @@ def test_a_fine_tuning_step_lowers_the_loss(policy, games):
     assert after < before
 
 
-def test_the_shipped_warm_start_plays_valid_admissible_calls(tiny_games):
-    """data/warmstart is the adapter `--init-adapter warmstart` loads: on a game it never saw, its
-    greedy first replies are valid tool calls of admissible actions (the bare model makes none)."""
-    from alfrl.models import load_policy, resolve_adapter
-    from alfrl.paths import WARM_START_DIR
+def _check_shipped(name: str, folder) -> None:
+    """A shipped adapter: found by name, a few MB, and refused for another model with a clear error."""
+    from alfrl.models import check_adapter, resolve_adapter
+    assert resolve_adapter(name) == check_adapter(name) == folder
+    assert (folder / "adapter_model.safetensors").stat().st_size < 6_000_000
+    with pytest.raises(ValueError, match="bundled model"):
+        resolve_adapter(name, "Qwen/Qwen3-4B")
+
+
+@pytest.mark.parametrize("name", ["warmstart", "warmstart_expert"])
+def test_the_shipped_warm_starts_play_valid_admissible_calls(tiny_games, name):
+    """data/warmstart (``--init-adapter warmstart``) and data/warmstart_expert (the default): on a game
+    they never saw, their greedy first replies are valid tool calls of admissible actions (the bare model
+    makes none), the first of them the walkthroughs' ``look``."""
+    from alfrl.models import load_policy
+    from alfrl.paths import EXPERT_WARM_START_DIR, WARM_START_DIR
     from alfrl.rollout import RolloutConfig, rollout_group
 
-    assert resolve_adapter("warmstart") == WARM_START_DIR
-    assert (WARM_START_DIR / "adapter_model.safetensors").stat().st_size < 6_000_000
-    with pytest.raises(ValueError, match="bundled model"):
-        resolve_adapter("warmstart", "Qwen/Qwen3-4B")
-    policy = load_policy(lora="warmstart")
+    _check_shipped(name, {"warmstart": WARM_START_DIR, "warmstart_expert": EXPERT_WARM_START_DIR}[name])
+    policy = load_policy(lora=name)
     game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
     (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=3, max_new_tokens=48, temperature=0.0,
                                                      workers=0))
@@ -92,19 +100,31 @@ def test_the_shipped_warm_start_plays_valid_admissible_calls(tiny_games):
     assert t.turns[0].action == "look"  # the expert's walkthroughs start by looking around
 
 
+def test_the_default_warm_start_continues_the_first():
+    """data/warmstart_expert is the default of train and dagger: the first warm start's LoRA shape, every
+    lora_B moved by 320 more walkthroughs."""
+    from safetensors.torch import load_file
+
+    from alfrl.models import DEFAULT_WARM_START
+    from alfrl.paths import EXPERT_WARM_START_DIR, WARM_START_DIR
+    from alfrl.train_config import TrainConfig
+
+    assert DEFAULT_WARM_START == TrainConfig().init_adapter == "warmstart_expert"
+    first, more = (load_file(d / "adapter_model.safetensors") for d in (WARM_START_DIR, EXPERT_WARM_START_DIR))
+    assert first.keys() == more.keys() and all(first[k].shape == more[k].shape for k in first)
+    assert all(not torch.equal(first[k], more[k]) for k in first if "lora_B" in k)
+
+
 def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
     """data/grpo (``--adapter grpo``): the warm start's LoRA shape, other weights, and still valid,
     admissible tool calls on a game it never saw."""
     from safetensors.torch import load_file
 
-    from alfrl.models import check_adapter, load_policy, resolve_adapter
+    from alfrl.models import load_policy
     from alfrl.paths import GRPO_DIR, WARM_START_DIR
     from alfrl.rollout import RolloutConfig, rollout_group
 
-    assert resolve_adapter("grpo") == check_adapter("grpo") == GRPO_DIR
-    assert (GRPO_DIR / "adapter_model.safetensors").stat().st_size < 6_000_000
-    with pytest.raises(ValueError, match="bundled model"):
-        resolve_adapter("grpo", "Qwen/Qwen3-4B")
+    _check_shipped("grpo", GRPO_DIR)
     warm, rl = (load_file(d / "adapter_model.safetensors") for d in (WARM_START_DIR, GRPO_DIR))
     assert warm.keys() == rl.keys() and all(warm[k].shape == rl[k].shape for k in warm)
     moved = [float((rl[k].float() - warm[k].float()).norm() / warm[k].float().norm()) for k in warm if "lora_B" in k]
@@ -114,33 +134,6 @@ def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
     (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=1, max_new_tokens=48, temperature=0.0,
                                                      workers=0, draft_tokens=8))
     assert len(t.turns) == 1 and t.turns[0].valid_format and t.turns[0].admissible
-
-
-def test_the_default_warm_start_continues_the_first(tiny_games):
-    """data/warmstart_expert (``--init-adapter warmstart_expert``, the default of train and dagger): the first
-    warm start's LoRA shape, moved by 320 more walkthroughs, and valid, admissible tool calls on a game it
-    never saw, the first of them the walkthroughs' ``look``."""
-    from safetensors.torch import load_file
-
-    from alfrl.models import DEFAULT_WARM_START, check_adapter, load_policy, resolve_adapter
-    from alfrl.paths import EXPERT_WARM_START_DIR, WARM_START_DIR
-    from alfrl.rollout import RolloutConfig, rollout_group
-    from alfrl.train_config import TrainConfig
-
-    assert DEFAULT_WARM_START == TrainConfig().init_adapter == "warmstart_expert"
-    assert resolve_adapter("warmstart_expert") == check_adapter("warmstart_expert") == EXPERT_WARM_START_DIR
-    assert (EXPERT_WARM_START_DIR / "adapter_model.safetensors").stat().st_size < 6_000_000
-    with pytest.raises(ValueError, match="bundled model"):
-        resolve_adapter("warmstart_expert", "Qwen/Qwen3-4B")
-    first, more = (load_file(d / "adapter_model.safetensors") for d in (WARM_START_DIR, EXPERT_WARM_START_DIR))
-    assert first.keys() == more.keys() and all(first[k].shape == more[k].shape for k in first)
-    assert all(not torch.equal(first[k], more[k]) for k in first if "lora_B" in k)
-    policy = load_policy(lora="warmstart_expert")
-    game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
-    (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=3, max_new_tokens=48, temperature=0.0,
-                                                     workers=0))
-    assert [turn.valid_format and turn.admissible for turn in t.turns] == [True] * len(t.turns)
-    assert t.turns[0].action == "look"
 
 
 def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_path):
