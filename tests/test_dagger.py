@@ -139,6 +139,28 @@ def test_example_json_round_trip():
     assert [e.mask for e in example.sequences()] == [[0, 1, 1, 0], [0, 0, 1, 1]]
 
 
+def test_label_kinds_count_every_label_and_the_branches_apart(tmp_path):
+    """scripts/dagger_label_kinds.py: a label the policy already followed is a label but not a branch;
+    an unlabelled turn is neither; walkthroughs longer than the limit are left out."""
+    import lzma
+    import subprocess
+    import sys
+
+    played = tmp_path / "round_01_played.jsonl"
+    played.write_text(json.dumps({"actions": ["go to desk 1", "take pen 1 from desk 1", "look", None],
+                                  "labels": ["go to desk 1", "go to shelf 2", None, "take pen 1 from shelf 2"]}) + "\n")
+    pack = tmp_path / "train.jsonl.xz"
+    with lzma.open(pack, "wt") as f:
+        f.write(json.dumps({"walkthrough": ["go to shelf 2", "take pen 1 from shelf 2"]}) + "\n")
+        f.write(json.dumps({"walkthrough": ["go to desk 1"] * 3}) + "\n")  # longer than --max-expert-steps 2
+    table = subprocess.run([sys.executable, "scripts/dagger_label_kinds.py", str(played), "--walkthroughs", str(pack),
+                            "--max-expert-steps", "2"], capture_output=True, text=True, check=True).stdout
+    rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| ")}
+    assert rows["| actions"] == "| actions | 2 | 3 | 2 |"
+    assert rows["| go to"] == "| go to | 50% (1) | 67% (2) | 50% (1) |"
+    assert rows["| take"] == "| take | 50% (1) | 33% (1) | 50% (1) |"
+
+
 def _config(tmp_path, tiny_games, name: str, **kw) -> DaggerConfig:
     return DaggerConfig(out=str(tmp_path / name), data_dir=str(tiny_games.root), rounds=2, games_per_round=2,
                         expert_games=1, max_steps=2, max_new_tokens=48, games_per_batch=1, epochs=1,
