@@ -18,6 +18,6 @@ say "step 2/4: python -m alfrl setup (making the games ready)"
 .venv/bin/python -m alfrl setup
 say "step 3/4: python -m alfrl demo $* (one game played by ALFWorld's expert)"
 .venv/bin/python -m alfrl demo "$@"
-say "step 4/4: python -m alfrl demo --agent warmstart_expert (the course's agent plays a held-out game; about a minute on a CPU)"
+say "step 4/4: python -m alfrl demo --agent warmstart_expert (the course's agent plays a held-out game: about 8 s of play on 2 cores, docs/install.md)"
 .venv/bin/python -m alfrl demo --agent warmstart_expert
 say "done. Next: open the notebooks with  .venv/bin/jupyter lab notebooks/"
