@@ -43,6 +43,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.practice` difficulty profiles, a practice pool with matched controls, wins at each visit
 - :mod:`alfrl.sft`      the expert warm start
 - :mod:`alfrl.dagger`   DAgger: the expert labels the states the policy reaches; fine-tune on them, round after round
+- :mod:`alfrl.label_kinds` action kinds; DAgger labels weighted so each kind counts as in the walkthroughs
 - :mod:`alfrl.rft`      rejection-sampling fine-tuning: the winners of each group, with the warm start's loss
 - :mod:`alfrl.dpo`      preference pairs from a group, and DPO against the starting adapter
 - :mod:`alfrl.cli`      dataclass configs as ``python -m alfrl`` flags

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from alfrl.checkpoint import append_jsonl, read_jsonl
 from alfrl.expert import MAX_EXPERT_STEPS, _move_as_put
+from alfrl.label_kinds import walkthrough_kinds, weigh_branches
 from alfrl.models import BUNDLED, DEFAULT_WARM_START
 from alfrl.protocol import ChatFormat
 from alfrl.scripted import tool_call
@@ -123,6 +124,9 @@ class Branch:
     at: int
     target: list[int]
     turn: int
+    weight: float = 1.0
+    """How much each of its tokens counts in the loss (1 as any target; ``--weight-labels`` sets it by
+    the label's action kind, :mod:`alfrl.label_kinds`)."""
 
 
 @dataclass
@@ -141,6 +145,8 @@ class Example:
     turns: list[int] = field(default_factory=list)
     """The turn each span labels."""
     branches: list[Branch] = field(default_factory=list)
+    weight: float = 1.0
+    """How much each of its spans' tokens counts in the loss (a branch spelled out as a sequence keeps its weight)."""
 
     @property
     def mask(self) -> list[int]:
@@ -154,14 +160,21 @@ class Example:
     def target_tokens(self) -> int:
         return sum(end - start for start, end in self.spans) + sum(len(b.target) for b in self.branches)
 
+    @property
+    def target_weight(self) -> float:
+        """The targets' summed weight: what the loss is averaged over (``target_tokens`` when every weight is 1)."""
+        return (self.weight * sum(end - start for start, end in self.spans)
+                + sum(b.weight * len(b.target) for b in self.branches))
+
     def sequences(self) -> list["Example"]:
         """The same targets as plain sequences: the trunk with its spans (if any), then one sequence per
         branch, its history then the expert's reply."""
-        own = [Example(self.game_id, self.tokens, self.spans, self.turns)] if self.spans else []
-        return own + [Example(self.game_id, self.tokens[:b.at] + b.target, [(b.at, b.at + len(b.target))], [b.turn])
-                      for b in self.branches]
+        own = [Example(self.game_id, self.tokens, self.spans, self.turns, weight=self.weight)] if self.spans else []
+        return own + [Example(self.game_id, self.tokens[:b.at] + b.target, [(b.at, b.at + len(b.target))], [b.turn],
+                              weight=b.weight) for b in self.branches]
 
     def to_json(self) -> dict:
+        """Weights are not stored: they are set when the rounds' examples are aggregated."""
         return {"game_id": self.game_id, "tokens": self.tokens, "spans": [list(s) for s in self.spans],
                 "turns": self.turns, "branches": [[b.at, b.target, b.turn] for b in self.branches]}
 
@@ -272,6 +285,9 @@ class DaggerConfig:
     """Games decoded together when the policy plays."""
     max_branches: int = 8
     """Labelled turns kept per episode where the policy's reply differs from the expert's (a seeded sample)."""
+    weight_labels: bool = False
+    """Weight each expert label the policy did not follow by its action kind, so each kind counts as in the
+    games' walkthroughs (alfrl.label_kinds); off: every label counts 1."""
     epochs: int = 2
     """Passes over the aggregate each round."""
     lr: float = 1e-4
@@ -336,13 +352,18 @@ def _dagger(config: DaggerConfig, out: Path, progress: bool) -> Path:
         raise ValueError(f"{config.rounds} rounds of {config.games_per_round} games need {needed} {config.split} games; "
                          f"the data has {len(games)}: make more (python -m alfrl generate) or lower --games-per-round")
     aggregate = expert_examples(policy, config, progress)
+    walkthroughs = walkthrough_kinds(games, config.max_expert_steps)  # what --weight-labels weighs the labels toward
+    labelled_examples: list[tuple[Example, list[str | None]]] = []  # every round's examples with their labels
     for r in range(1, config.rounds + 1):
         folder = round_dir(out, r)
         labelled = play_and_label(policy, fmt, games[(r - 1) * config.games_per_round:r * config.games_per_round],
                                   config, folder / "labelled.jsonl", r, progress)
-        aggregate += [Example.from_json(e) for line in labelled for e in line["examples"]]
+        new = [(Example.from_json(e), line["labels"]) for line in labelled for e in line["examples"]]
+        labelled_examples += new
+        aggregate += [example for example, _ in new]
         if r <= last:
             continue
+        weights = weigh_branches(labelled_examples, walkthroughs) if config.weight_labels else None
         tick = time.perf_counter()
         (folder / "sft_metrics.jsonl").unlink(missing_ok=True)  # an interrupted fine-tune starts again
         steps = fit(policy, aggregate, replace(config, seed=config.seed + r),  # another order each round
@@ -351,7 +372,8 @@ def _dagger(config: DaggerConfig, out: Path, progress: bool) -> Path:
         partial = folder / "adapter.partial"
         save_adapter(policy, partial)
         partial.rename(folder / "adapter")
-        append_jsonl(out / "metrics.jsonl", [round_metrics(r, labelled, aggregate, steps, time.perf_counter() - tick)])
+        append_jsonl(out / "metrics.jsonl", [round_metrics(r, labelled, aggregate, steps, time.perf_counter() - tick,
+                                                           weights)])
     return round_dir(out, config.rounds) / "adapter"
 
 
@@ -406,12 +428,15 @@ def play_and_label(policy, fmt: ChatFormat, games: list, config: DaggerConfig, p
     return lines
 
 
-def round_metrics(r: int, labelled: list[dict], aggregate: list[Example], steps: int, seconds: float) -> dict:
-    """One round in a line: how the policy played (before this round's fine-tune) and what it learned from."""
+def round_metrics(r: int, labelled: list[dict], aggregate: list[Example], steps: int, seconds: float,
+                  label_weights: dict[str, float] | None = None) -> dict:
+    """One round in a line: how the policy played (before this round's fine-tune), what it learned from, and
+    the labels' weights by kind (with --weight-labels)."""
     return {"round": r, "games": len(labelled), "won": sum(line["won"] for line in labelled),
             "invalid_per_episode": sum(line["invalid"] for line in labelled) / len(labelled),
             "agreement": sum(line["agree"] for line in labelled) / max(1, sum(line["labelled"] for line in labelled)),
             "new_examples": sum(len(line["examples"]) for line in labelled), "aggregate_examples": len(aggregate),
             "aggregate_targets": sum(len(e.spans) + len(e.branches) for e in aggregate),
             "aggregate_target_tokens": sum(e.target_tokens for e in aggregate),
-            "sft_steps": steps, "fine_tune_seconds": seconds}
+            "sft_steps": steps, "fine_tune_seconds": seconds,
+            **({"label_weights": label_weights} if label_weights is not None else {})}

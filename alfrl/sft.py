@@ -131,6 +131,13 @@ def target_tokens(example) -> int:
     return getattr(example, "target_tokens", None) or sum(example.mask)
 
 
+def target_weight(example) -> float:
+    """What an example's loss is averaged over: its target tokens, each counted by its weight (a DAgger
+    label weighted by its action kind; every other target counts 1)."""
+    weight = getattr(example, "target_weight", None)
+    return sum(example.mask) if weight is None else weight
+
+
 def tokens_run(example, share_prefix: bool = True) -> int:
     """The tokens the model reads for an example: its whole sequence; for a DAgger tree with a shared
     prefix its trunk once plus each branch's reply, without it every branch with its whole history."""
@@ -145,9 +152,12 @@ def nll_loss(model, examples: list, micro_batch_tokens: int = 4096, backward: bo
     """Token-mean negative log-likelihood of the target tokens (mask 1, and a DAgger example's branches),
     gradients accumulated when ``backward``; returns (loss, tokens). Plain sequences run in padded
     micro-batches; a DAgger tree runs as :func:`tree_nll` (or, without ``share_prefix``, as its
-    :meth:`~alfrl.dagger.Example.sequences`, each with its whole history)."""
+    :meth:`~alfrl.dagger.Example.sequences`, each with its whole history). Weighted targets (DAgger
+    labels weighted by kind) make it a weighted mean: each token's loss times its weight, over the
+    summed weights (:func:`target_weight`)."""
     device_type = next(model.parameters()).device.type
-    total = sum(target_tokens(e) for e in examples)
+    tokens = sum(target_tokens(e) for e in examples)
+    total = sum(target_weight(e) for e in examples)
     trees = [e for e in examples if getattr(e, "branches", None)]
     plain = [e for e in examples if not getattr(e, "branches", None)]
     if trees and not (share_prefix and can_share(model)):
@@ -159,19 +169,20 @@ def nll_loss(model, examples: list, micro_batch_tokens: int = 4096, backward: bo
             logp = sequence_logprobs(model, [t.tokens for t in batch], masks=[t.mask for t in batch])
         mask = torch.zeros_like(logp)
         for i, t in enumerate(batch):
-            mask[i, :len(t.mask)] = torch.tensor(t.mask, dtype=logp.dtype, device=logp.device)
+            weight = getattr(t, "weight", 1.0)  # a weighted DAgger label; 1 for every other target
+            mask[i, :len(t.mask)] = torch.tensor(t.mask, dtype=logp.dtype, device=logp.device) * weight
         loss = -(logp * mask).sum()
         if backward:
             (loss / total).backward()
         loss_sum += float(loss.detach())
     for tree in trees:
         loss_sum += tree_nll(model, tree, total, backward, bf16)
-    return loss_sum / total, total
+    return loss_sum / total, tokens
 
 
 def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bool = False) -> float:
-    """The summed negative log-likelihood of a DAgger example's targets (gradients of it / ``scale``
-    accumulated when ``backward``), its trunk run once.
+    """The summed negative log-likelihood of a DAgger example's targets, each times its weight (gradients
+    of it / ``scale`` accumulated when ``backward``), its trunk run once.
 
     The trunk (the policy's episode) runs through the model with its keys and values kept
     (:func:`alfrl.prefix.run_prefix`); the loss on its own spans is read from its hidden states, and
@@ -190,7 +201,7 @@ def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bo
             hidden = trunk.hidden_for(1, trunk.dtypes[0])[0]  # in the dtype the trunk made it
             ids = torch.tensor(targets, device=device)
             logp = _chunk_logprobs(head, cap, hidden[ids - 1], torch.tensor(example.tokens, device=device)[ids], 1.0)
-            loss = -logp.sum()
+            loss = -logp.sum() * example.weight
             if backward:
                 (loss / scale).backward()
             loss_sum += float(loss.detach())
@@ -198,7 +209,7 @@ def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bo
             sequence = example.tokens[:branch.at] + branch.target
             logp = sequence_logprobs(model, [sequence], masks=[[0] * branch.at + [1] * len(branch.target)],
                                      prefix=trunk.head(branch.at))
-            loss = -logp.sum()
+            loss = -logp.sum() * branch.weight
             if backward:
                 (loss / scale).backward()
             loss_sum += float(loss.detach())

@@ -18,10 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-
-def action_kind(action: str) -> str:
-    """The verb of an ALFWorld command: "go to", "take", "move", "open", "heat", ..."""
-    return "go to" if action.startswith("go to") else action.split()[0]
+from alfrl.label_kinds import action_kind, kind_counts
 
 
 def label_kinds(played: Path) -> tuple[Counter, Counter]:
@@ -40,13 +37,9 @@ def label_kinds(played: Path) -> tuple[Counter, Counter]:
 
 def walkthrough_kinds(pack: Path, max_expert_steps: int | None) -> Counter:
     """Kinds of every action in a game pack's walkthroughs (those at most ``max_expert_steps`` long)."""
-    kinds = Counter()
     with lzma.open(pack, "rt") if pack.suffix == ".xz" else pack.open() as lines:
-        for line in lines:
-            walkthrough = json.loads(line)["walkthrough"]
-            if max_expert_steps is None or len(walkthrough) <= max_expert_steps:
-                kinds.update(action_kind(a) for a in walkthrough)
-    return kinds
+        walkthroughs = [json.loads(line)["walkthrough"] for line in lines]
+    return kind_counts(a for w in walkthroughs if max_expert_steps is None or len(w) <= max_expert_steps for a in w)
 
 
 def main() -> None:
@@ -62,7 +55,8 @@ def main() -> None:
         columns[f"{path.stem}: branches"] = branches
     kinds = sorted(set().union(*columns.values()), key=lambda k: -columns["walkthroughs"][k])
     print("Made by `python scripts/dagger_label_kinds.py " + " ".join(sys.argv[1:]) + "`: each kind's share of the\n"
-          "walkthroughs' actions, of a round's labels, and of its branches (labels that differ from the policy's action).\n")
+          "walkthroughs' actions, of a round's labels, and of its branches (labels that differ from the policy's "
+          "action).\n")
     print("| kind | " + " | ".join(columns) + " |")
     print("|---|" + "---|" * len(columns))
     print("| actions | " + " | ".join(str(sum(c.values())) for c in columns.values()) + " |")

@@ -4,6 +4,7 @@ that aggregates its rounds and resumes where it was interrupted."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -131,6 +132,60 @@ def test_a_tree_trains_as_its_sequences_do(policy, tiny_games):
     assert torch.cat([(a - b).flatten() for a, b in zip(grads, plain_grads)]).norm() < 1e-4 * norm
 
 
+@pytest.mark.parametrize("weights", [(2.0, 0.5, 1.0)])
+def test_weighted_labels_give_the_weighted_mean_of_each_sequences_loss(policy, tiny_games, weights):
+    """Branch weights (--weight-labels): the tree's loss is each target sequence's summed NLL times its
+    weight over the summed weights of the target tokens, computed here from each sequence's own loss,
+    and the tree run once gives what its weighted sequences give."""
+    import torch
+
+    from alfrl.sft import nll_loss
+
+    fmt = ChatFormat(policy.tokenizer)
+    game = next(g for g in tiny_games.games("train") if g.task_type == "pick_and_place_simple")
+    _, played, labels = _played(policy, game)
+    (tree,) = dagger_examples(played, labels, fmt)
+    tree.branches = [replace(b, weight=w) for b, w in zip(tree.branches, weights)]
+    own, *branches = tree.sequences()
+    assert [b.weight for b in branches] == list(weights) and own.weight == 1.0
+    with torch.no_grad():
+        summed = [(loss * n, n, s.weight) for s in [own, *branches]
+                  for loss, n in [nll_loss(policy.model, [Example(s.game_id, s.tokens, s.spans, s.turns)],
+                                           backward=False)]]
+    by_hand = sum(w * nll for nll, _, w in summed) / sum(w * n for _, n, w in summed)
+    assert tree.target_weight == pytest.approx(sum(w * n for _, n, w in summed))
+    for share in (True, False):
+        with torch.no_grad():
+            loss, tokens = nll_loss(policy.model, [tree], backward=False, share_prefix=share)
+        assert tokens == tree.target_tokens and loss == pytest.approx(by_hand, rel=1e-5)
+
+
+def test_labels_are_weighted_so_each_kind_counts_as_in_the_walkthroughs():
+    """kind_weights: a kind's share of the walkthroughs over its share of the labels, so the weighted labels
+    have the walkthroughs' shares; weigh_branches sets each branch's weight from its turn's label."""
+    from collections import Counter
+
+    from alfrl.label_kinds import action_kind, kind_weights, weigh_branches
+
+    assert [action_kind(a) for a in ("go to desk 1", "take pen 1 from desk 1", "move pen 1 to shelf 2")] == [
+        "go to", "take", "move"]
+    walkthroughs = Counter({"go to": 6, "take": 2, "move": 2})  # 60%, 20%, 20%
+    labels = Counter({"go to": 8, "take": 1, "move": 1})  # 80%, 10%, 10%
+    weights = kind_weights(walkthroughs, labels)
+    assert weights == pytest.approx({"go to": 0.75, "take": 2.0, "move": 2.0})
+    weighted = {k: labels[k] * w for k, w in weights.items()}
+    assert {k: v / sum(weighted.values()) for k, v in weighted.items()} == pytest.approx({"go to": 0.6, "take": 0.2,
+                                                                                          "move": 0.2})
+    assert kind_weights(Counter({"go to": 1}), Counter({"go to": 1, "look": 1})) == {"go to": 2.0, "look": 0.0}
+    with pytest.raises(ValueError, match="no reference actions"):
+        kind_weights(Counter(), labels)
+    example = Example("g", [1, 2, 3, 4], [], [], [Branch(1, [9], 0), Branch(2, [9], 1), Branch(3, [9], 2)])
+    episode_labels = ["go to desk 1", "go to shelf 2", "take pen 1 from shelf 2"]
+    assert weigh_branches([(example, episode_labels)], walkthroughs) == pytest.approx({"go to": 0.9, "take": 0.6})
+    assert [b.weight for b in example.branches] == pytest.approx([0.9, 0.9, 0.6])
+    assert example.target_weight == pytest.approx(2.4) and example.target_tokens == 3
+
+
 def test_example_json_round_trip():
     example = Example("g", [5, 6, 7, 8], [(1, 3)], [2], [Branch(2, [9, 10], 3)])
     assert Example.from_json(json.loads(json.dumps(example.to_json()))) == example
@@ -180,10 +235,11 @@ def _lines(path) -> list[dict]:
 def test_a_run_aggregates_its_rounds_and_resumes_to_the_same_adapter(tmp_path, tiny_games):
     """Two rounds of two games; then the same run as an interruption in round 2 leaves it (its first
     game labelled, no adapter, no metrics line) resumed: the same episodes, labels, aggregate and
-    final adapter as the run that was not interrupted. A resume with other settings is refused."""
+    final adapter as the run that was not interrupted. A resume with other settings is refused. The run
+    weights its labels by kind (--weight-labels): each round logs the weights, and the resumed one the same."""
     import shutil
 
-    whole = dagger(_config(tmp_path, tiny_games, "whole"), progress=False).parent.parent
+    whole = dagger(_config(tmp_path, tiny_games, "whole", weight_labels=True), progress=False).parent.parent
     rounds = _lines(whole / "metrics.jsonl")
     assert [r["round"] for r in rounds] == [1, 2] and all(r["games"] == 2 for r in rounds)
     assert rounds[1]["aggregate_examples"] == rounds[0]["aggregate_examples"] + rounds[1]["new_examples"]
@@ -191,6 +247,7 @@ def test_a_run_aggregates_its_rounds_and_resumes_to_the_same_adapter(tmp_path, t
     assert rounds[0]["new_examples"] == 2  # each episode gives one example: its own turns and its branches
     played = [_lines(whole / r / "labelled.jsonl") for r in ("round_01", "round_02")]
     assert len({line["game_id"] for lines in played for line in lines}) == 4  # new games every round
+    assert all(r["label_weights"] and all(w >= 0 for w in r["label_weights"].values()) for r in rounds)
 
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)
@@ -198,10 +255,12 @@ def test_a_run_aggregates_its_rounds_and_resumes_to_the_same_adapter(tmp_path, t
     (cut / "round_02" / "labelled.jsonl").write_text(json.dumps(played[1][0]) + "\n")
     (cut / "metrics.jsonl").write_text(json.dumps(rounds[0]) + "\n")
     with pytest.raises(ValueError, match="other settings"):
-        dagger(_config(tmp_path, tiny_games, "cut", resume=True, lr=3e-4), progress=False)
-    resumed = dagger(_config(tmp_path, tiny_games, "cut", resume=True), progress=False)
+        dagger(_config(tmp_path, tiny_games, "cut", resume=True, lr=3e-4, weight_labels=True), progress=False)
+    resumed = dagger(_config(tmp_path, tiny_games, "cut", resume=True, weight_labels=True), progress=False)
     assert _lines(cut / "round_02" / "labelled.jsonl") == played[1]
-    assert [r["aggregate_examples"] for r in _lines(cut / "metrics.jsonl")] == [r["aggregate_examples"] for r in rounds]
+    again = _lines(cut / "metrics.jsonl")
+    assert [r["aggregate_examples"] for r in again] == [r["aggregate_examples"] for r in rounds]
+    assert [r["label_weights"] for r in again] == [r["label_weights"] for r in rounds]
     mine, theirs = _adapter_weights(whole / "round_02" / "adapter"), _adapter_weights(resumed)
     assert mine.keys() == theirs.keys()
     for key in mine:
