@@ -158,6 +158,8 @@ def nll_loss(model, examples: list, micro_batch_tokens: int = 4096, backward: bo
     device_type = next(model.parameters()).device.type
     tokens = sum(target_tokens(e) for e in examples)
     total = sum(target_weight(e) for e in examples)
+    if total <= 0:  # every target weighted 0 (labels of a kind no walkthrough has): nothing to learn here
+        return 0.0, tokens
     trees = [e for e in examples if getattr(e, "branches", None)]
     plain = [e for e in examples if not getattr(e, "branches", None)]
     if trees and not (share_prefix and can_share(model)):

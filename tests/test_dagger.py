@@ -158,6 +158,8 @@ def test_weighted_labels_give_the_weighted_mean_of_each_sequences_loss(policy, t
         with torch.no_grad():
             loss, tokens = nll_loss(policy.model, [tree], backward=False, share_prefix=share)
         assert tokens == tree.target_tokens and loss == pytest.approx(by_hand, rel=1e-5)
+    zero = Example(tree.game_id, tree.tokens, [], [], [replace(tree.branches[0], weight=0.0)])
+    assert nll_loss(policy.model, [zero], backward=False) == (0.0, len(tree.branches[0].target))  # no 0/0
 
 
 def test_labels_are_weighted_so_each_kind_counts_as_in_the_walkthroughs():
@@ -247,7 +249,10 @@ def test_a_run_aggregates_its_rounds_and_resumes_to_the_same_adapter(tmp_path, t
     assert rounds[0]["new_examples"] == 2  # each episode gives one example: its own turns and its branches
     played = [_lines(whole / r / "labelled.jsonl") for r in ("round_01", "round_02")]
     assert len({line["game_id"] for lines in played for line in lines}) == 4  # new games every round
-    assert all(r["label_weights"] and all(w >= 0 for w in r["label_weights"].values()) for r in rounds)
+    branches = [sum(len(e["branches"]) for lines in played[:r] for line in lines for e in line["examples"])
+                for r in (1, 2)]  # the labels the policy did not follow, aggregated up to each round
+    assert [sorted(r["label_weights"]) != [] for r in rounds] == [n > 0 for n in branches]
+    assert all(w >= 0 for r in rounds for w in r["label_weights"].values())
 
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)

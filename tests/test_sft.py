@@ -206,7 +206,9 @@ def test_an_interrupted_fine_tune_resumes_to_the_same_adapter_and_metrics(policy
 def test_sequences_alone_give_the_padded_micro_batchs_loss_and_gradient(policy):
     """--micro-batch-tokens 1 (each sequence in its own pass, faster on a CPU: benchmarks/sft_padding.py)
     against 4096 (the two sequences padded into one pass): the same loss and LoRA gradient in float32,
-    within rel 1e-5 (the same products; only the padded pass's masked attention sums them otherwise)."""
+    within rel 1e-5 for the loss and 1e-4 for the gradient (the same products; only the padded pass's masked
+    attention and, with more than one torch thread, the split of the reductions sum them otherwise: 2e-5 on
+    2 threads)."""
     from types import SimpleNamespace
 
     from alfrl.ppo import micro_batches
@@ -224,4 +226,4 @@ def test_sequences_alone_give_the_padded_micro_batchs_loss_and_gradient(policy):
         losses.append(loss)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
-    assert float((grads[1] - grads[0]).norm() / grads[0].norm()) < 1e-5
+    assert float((grads[1] - grads[0]).norm() / grads[0].norm()) < 1e-4
