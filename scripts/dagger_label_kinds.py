@@ -35,7 +35,7 @@ def label_kinds(played: Path) -> tuple[Counter, Counter]:
     return every, branches
 
 
-def walkthrough_kinds(pack: Path, max_expert_steps: int | None) -> Counter:
+def pack_walkthrough_kinds(pack: Path, max_expert_steps: int | None) -> Counter:
     """Kinds of every action in a game pack's walkthroughs (those at most ``max_expert_steps`` long)."""
     with lzma.open(pack, "rt") if pack.suffix == ".xz" else pack.open() as lines:
         walkthroughs = [json.loads(line)["walkthrough"] for line in lines]
@@ -48,12 +48,12 @@ def main() -> None:
     parser.add_argument("--walkthroughs", type=Path, required=True, help="a game pack (train.jsonl.xz)")
     parser.add_argument("--max-expert-steps", type=int, default=None)
     args = parser.parse_args()
-    columns = {"walkthroughs": walkthrough_kinds(args.walkthroughs, args.max_expert_steps)}
+    columns = {"walkthroughs": pack_walkthrough_kinds(args.walkthroughs, args.max_expert_steps)}
     for path in args.played:
         every, branches = label_kinds(path)
         columns[f"{path.stem}: labels"] = every
         columns[f"{path.stem}: branches"] = branches
-    kinds = sorted(set().union(*columns.values()), key=lambda k: -columns["walkthroughs"][k])
+    kinds = sorted(set().union(*columns.values()), key=lambda k: (-columns["walkthroughs"][k], k))
     print("Made by `python scripts/dagger_label_kinds.py " + " ".join(sys.argv[1:]) + "`: each kind's share of the\n"
           "walkthroughs' actions, of a round's labels, and of its branches (labels that differ from the policy's "
           "action).\n")
