@@ -3,7 +3,7 @@
 Commands:
   setup      expand the committed game packs into data/games (seconds) and list them
   demo       play one game to the end with ALFWorld's expert, in the real engine
-             (--agent warmstart_expert|warmstart|grpo|PATH: the course's own agent plays a held-out game)
+             (--agent warmstart_epoch|warmstart_expert|warmstart|grpo|PATH: the course's agent plays a held-out game)
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
@@ -65,11 +65,11 @@ AGENT_GAME = ("valid_unseen", 14)
 """The agent's default game: (split, index) among the small rooms (``--max-expert-steps 8
 --max-receptacles 20``, the cpu preset's and the learning result's filters) of the committed games,
 sorted by id: pick_and_place_simple-Watch-None-Drawer-205/trial_alfrl_s0_valid_unseen_00010, a held-out
-game (a floor plan never used for training, 15 receptacles) and one of the 11 of these 20 games that the
-default warm start wins in ``python -m alfrl eval --adapter warmstart_expert --split valid_unseen
---max-expert-steps 8 --max-receptacles 20 --max-steps 10 --max-new-tokens 48`` (the first warm start
-wins 5): it looks on the sofa first, finds the watch on the next table and wins in 7 turns of 10, in
-about 8 s on 2 idle cores."""
+game (a floor plan never used for training, 15 receptacles) and one of the 12 of these 20 games that the
+default warm start wins in ``python -m alfrl eval --adapter warmstart_epoch --split valid_unseen
+--max-expert-steps 8 --max-receptacles 20 --max-steps 10 --max-new-tokens 48`` (``warmstart_expert`` wins 11,
+the first warm start 5): it looks on the sofa first, finds the watch on the next table and wins in 7 turns
+of 10, in about 8 s on 2 idle cores (``warmstart_expert`` plays it the same way)."""
 
 HELD_OUT = {"valid_unseen": "held out: a room on a floor plan never used in training",
             "valid_seen": "held out: a new room on a training floor plan, never trained on",
@@ -97,8 +97,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 
 def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
-    """``--agent``'s adapter, the model it belongs to, and a description: a shipped one (``warmstart_expert``,
-    ``warmstart``, ``grpo``), a LoRA adapter folder, a checkpoint folder (its ``adapter/``) or a training
+    """``--agent``'s adapter, the model it belongs to, and a description: a shipped one (``warmstart_epoch``,
+    ``warmstart_expert``, ``warmstart``, ``grpo``), a LoRA adapter folder, a checkpoint folder (its ``adapter/``) or a training
     run directory (the adapter of its newest checkpoint, on the model its config.json names unless
     ``model`` is given). A clear FileNotFoundError when PATH holds none of these."""
     from alfrl.checkpoint import latest_checkpoint
@@ -107,7 +107,8 @@ def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
     if agent in SHIPPED:
         return agent, model or BUNDLED, f"{SHIPPED[agent][0]} in {_shown(resolve_adapter(agent))}"
     path = Path(agent)
-    how = ("pass --agent warmstart_expert (the default warm start), --agent warmstart (the first one), --agent "
+    how = ("pass --agent warmstart_epoch (the default warm start), --agent warmstart_expert (its step 80), "
+           "--agent warmstart (the first one), --agent "
            "grpo (the shipped GRPO adapter), a LoRA adapter folder (holding adapter_config.json, "
            "e.g. runs/sft/adapter or runs/cpu/checkpoints/step_00006/adapter), or a training run directory "
            "(e.g. runs/cpu: its newest checkpoint's adapter)")
@@ -313,9 +314,10 @@ def _add_demo(sub: argparse._SubParsersAction, cpu: TrainConfig) -> None:
     p.add_argument("--index", type=int, help="which game of the split (sorted by id; default 0, or for --agent "
                                              f"{AGENT_GAME[0]} game {AGENT_GAME[1]}, which the default warm start "
                                              "wins)")
-    p.add_argument("--agent", metavar="warmstart_expert|warmstart|grpo|PATH",
-                   help="the agent plays instead of the expert: warmstart_expert (the default warm start, "
-                        "data/warmstart_expert), warmstart (the first one, data/warmstart), grpo (the shipped "
+    p.add_argument("--agent", metavar="warmstart_epoch|warmstart_expert|warmstart|grpo|PATH",
+                   help="the agent plays instead of the expert: warmstart_epoch (the default warm start, "
+                        "data/warmstart_epoch), warmstart_expert (its step 80, data/warmstart_expert), warmstart "
+                        "(the first one, data/warmstart), grpo (the shipped "
                         "GRPO adapter: the first warm start after 12 updates), a LoRA adapter folder, or a "
                         "training run directory (its newest checkpoint)")
     p.add_argument("--model", help="the agent's base model (default: the bundled SmolLM2-135M, or the run's model)")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alfrl.bundled import BUNDLED, bundled_model_dir, cache_dir  # noqa: F401 (re-exported)
-from alfrl.paths import EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, WARM_START_DIR
+from alfrl.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, WARM_START_DIR
 
 # transformers v5 renamed gradient checkpointing to activation checkpointing; peft (and the v4 names
 # this course keeps, which work on both) trigger its deprecation warnings: not the learner's business.
@@ -31,23 +31,29 @@ WARM_START = "warmstart"
 course for the bundled model (``data/warmstart``: 150 walkthroughs of at most 8 steps, made by
 ``python -m alfrl sft``)."""
 EXPERT_WARM_START = "warmstart_expert"
-"""``lora=EXPERT_WARM_START`` loads the default warm start (``data/warmstart_expert``): the first one
+"""``lora=EXPERT_WARM_START`` loads the second warm start (``data/warmstart_expert``): the first one
 continued on 320 more walkthroughs of up to 20 steps, which wins 54 of the 123 held-out rooms greedily
-against the first one's 20 (docs/results.md). Training (``--init-adapter``), DAgger and the agent's demo
-start from it."""
-DEFAULT_WARM_START = EXPERT_WARM_START
+against the first one's 20 (docs/results.md). The RL and DAgger runs of docs/results.md started from it."""
+EPOCH_WARM_START = "warmstart_epoch"
+"""``lora=EPOCH_WARM_START`` loads the default warm start (``data/warmstart_epoch``): the same fine-tune as
+``warmstart_expert`` run to the end of its epoch (all 880 walkthroughs), which wins 66 of the 123 held-out
+rooms greedily and 16 of ALFWorld's 27 official small valid_seen games (docs/results.md). Training
+(``--init-adapter``), DAgger and the agent's demo start from it."""
+DEFAULT_WARM_START = EPOCH_WARM_START
 """The adapter training starts from unless told otherwise."""
 GRPO = "grpo"
 """``lora=GRPO`` (``--adapter grpo``) loads the first warm start after the 12-update GRPO run of
 docs/results.md, shipped with the course for the bundled model (``data/grpo``)."""
 SHIPPED = {WARM_START: ("the first warm start (expert SFT, 150 walkthroughs)", _in_repo(WARM_START_DIR)),
-           EXPERT_WARM_START: ("the default warm start (the first on 320 more expert walkthroughs)",
+           EXPERT_WARM_START: ("the second warm start (the first on 320 more expert walkthroughs)",
                                  _in_repo(EXPERT_WARM_START_DIR)),
+           EPOCH_WARM_START: ("the default warm start (the first on all 880 more expert walkthroughs)",
+                              _in_repo(EPOCH_WARM_START_DIR)),
            GRPO: ("the shipped GRPO adapter (the first warm start after 12 GRPO updates)", _in_repo(GRPO_DIR))}
 """The adapters that ship with the course, by name: what they are, and their folder in the repository."""
 _SFT = ("make one for it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
         "--init-adapter runs/sft/adapter")
-HOW_TO_MAKE = {WARM_START: _SFT, EXPERT_WARM_START: _SFT,
+HOW_TO_MAKE = {WARM_START: _SFT, EXPERT_WARM_START: _SFT, EPOCH_WARM_START: _SFT,
                GRPO: "train one for it with: python -m alfrl train --model {model} --run-dir runs/mine, then pass "
                      "its runs/mine/checkpoints/step_*/adapter"}
 
@@ -198,7 +204,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
 
     ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
     directory of a saved adapter (loaded trainable, to continue training), or a shipped adapter's
-    name (:data:`SHIPPED`: ``"warmstart"``, ``"warmstart_expert"``, ``"grpo"``) for the bundled model.
+    name (:data:`SHIPPED`: ``"warmstart_epoch"``, ``"warmstart_expert"``, ``"warmstart"``, ``"grpo"``) for the
+    bundled model.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -241,7 +248,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
 
 
 ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or python -m alfrl sft), restore "
-               "a shipped one with git checkout -- data/warmstart_expert (or data/warmstart, data/grpo), or pass "
+               "a shipped one with git checkout -- data/warmstart_epoch (or data/warmstart_expert, data/warmstart, "
+               "data/grpo), or pass "
                "another adapter")
 
 
@@ -270,8 +278,8 @@ def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
 
 
 def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
-    """The directory of a saved adapter; a name in :data:`SHIPPED` (``"warmstart"``, ``"warmstart_expert"``,
-    ``"grpo"``) is that adapter of the course (bundled model only)."""
+    """The directory of a saved adapter; a name in :data:`SHIPPED` (``"warmstart_epoch"``, ``"warmstart_expert"``,
+    ``"warmstart"``, ``"grpo"``) is that adapter of the course (bundled model only)."""
     if str(adapter) not in SHIPPED:
         return Path(adapter)
     what, folder = SHIPPED[str(adapter)]

@@ -16,8 +16,13 @@ WARM_START_DIR = REPO_ROOT / "data" / "warmstart"
 """The first expert warm start for the bundled model (150 short walkthroughs), committed (a float16 LoRA
 adapter; its README says how it was made)."""
 EXPERT_WARM_START_DIR = REPO_ROOT / "data" / "warmstart_expert"
-"""The default warm start: the first one continued on 320 more walkthroughs of up to 20 steps, committed
-(a float16 LoRA adapter; its README has the command, the cost and what it wins on held-out rooms)."""
+"""The first warm start continued on 320 more walkthroughs of up to 20 steps (step 80 of the fine-tune that made
+:data:`EPOCH_WARM_START_DIR`), committed (a float16 LoRA adapter; its README has the command, the cost and what it
+wins on held-out rooms). The RL and DAgger runs of docs/results.md started from it."""
+EPOCH_WARM_START_DIR = REPO_ROOT / "data" / "warmstart_epoch"
+"""The default warm start: the same fine-tune run to the end of its epoch (all 880 walkthroughs of up to 20 steps,
+1,030 expert games with the first one's), committed (a float16 LoRA adapter; its README has the command, the cost
+and what it wins)."""
 GRPO_DIR = REPO_ROOT / "data" / "grpo"
 """The first warm start after the 12-update GRPO run of docs/results.md (cpu preset, seed 0), committed; its README
 gives the command that made it and what it does on held-out games."""

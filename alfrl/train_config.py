@@ -33,9 +33,10 @@ class TrainConfig:
     """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
     init_adapter: str | None = DEFAULT_WARM_START
     """Start from a saved LoRA adapter instead of a fresh one: a folder, or one shipped for the bundled
-    model: "warmstart_expert" (the default warm start, expert SFT on 470 walkthroughs), "warmstart" (the
-    first one, 150 short walkthroughs; the RL runs of docs/results.md started from it), "grpo" (the shipped
-    GRPO adapter, to train it further); or "none" for a fresh adapter."""
+    model: "warmstart_epoch" (the default warm start, expert SFT on 1,030 walkthroughs), "warmstart_expert" (its
+    step 80, 470 walkthroughs; the RL runs on top of a warm start that searches, in docs/results.md, started from
+    it), "warmstart" (the first one, 150 short walkthroughs; the other RL runs of docs/results.md started from it),
+    "grpo" (the shipped GRPO adapter, to train it further); or "none" for a fresh adapter."""
     lora_rank: int = 8
     """Rank of a fresh LoRA adapter."""
     lora_alpha: int = 16
@@ -232,8 +233,8 @@ PRESETS: dict[str, dict] = {
                       checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1,
                       tis_cap=2.0),
 }
-"""cpu: the bundled small model from the default warm start (data/warmstart_expert; the figures of
-docs/results.md's cpu runs are from the first one, ``--init-adapter warmstart``), small rooms and short
+"""cpu: the bundled small model from the default warm start (data/warmstart_epoch; the figures of
+docs/results.md's cpu runs name theirs: most are from the first one, ``--init-adapter warmstart``), small rooms and short
 episodes, 10 updates of 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic
 sampling, at most 4 groups played per update), rollouts with the adapter merged into a float32 copy, replies
 decoded speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16 or AMX) prompts

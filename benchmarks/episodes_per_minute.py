@@ -3,7 +3,7 @@ side by side in one run: rollout / logprob recompute (forward) / backward, and t
 drift before the first step.
 
 Each variant loads the first warm start (``data/warmstart``, the policy the committed logs were measured
-with; ``--set init_adapter=warmstart_expert`` in a variant starts from the default one), plays one
+with; ``--set init_adapter=warmstart_epoch`` in a variant starts from the default one), plays one
 update's groups of the same games, and trains on every trajectory (advantages set to +1/-1
 alternately, so an update costs what a real one costs whatever the rewards were).
 

@@ -148,6 +148,8 @@ def test_demo_agent_takes_a_run_directory(tmp_path):
     assert agent_adapter("warmstart", None)[:2] == ("warmstart", "bundled")
     name, model, what = agent_adapter("warmstart_expert", None)
     assert (name, model) == ("warmstart_expert", "bundled") and "data/warmstart_expert" in what
+    name, model, what = agent_adapter("warmstart_epoch", None)
+    assert (name, model) == ("warmstart_epoch", "bundled") and "default" in what and "data/warmstart_epoch" in what
     name, model, what = agent_adapter("grpo", None)
     assert (name, model) == ("grpo", "bundled") and "GRPO" in what and str(GRPO_DIR.name) in what
 
@@ -162,14 +164,14 @@ def test_demo_agent_without_an_adapter_is_a_clear_error(tmp_path, where):
     assert out.stdout == "" and "Traceback" not in out.stderr
     assert out.stderr.startswith(f"error: --agent {path}: {path} ")
     assert ("does not exist" if where == "missing" else "holds no LoRA adapter") in out.stderr
-    assert "pass --agent warmstart_expert" in out.stderr and "a training run directory" in out.stderr
+    assert "pass --agent warmstart_epoch" in out.stderr and "a training run directory" in out.stderr
 
 
 @pytest.mark.slow
 def test_demo_agent_default_game_is_a_held_out_win():
     """The quick start's last step: the default warm start wins its default held-out game (as its evaluation
     did), after looking where the watch was not."""
-    out = alfrl("demo", "--agent", "warmstart_expert")
+    out = alfrl("demo", "--agent", "warmstart_epoch")
     assert out.returncode == 0, out.stderr
     assert "game  valid_unseen/pick_and_place_simple-Watch-None-Drawer-205/" in out.stdout
     assert "(held out: a room on a floor plan never used in training" in out.stdout

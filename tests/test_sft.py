@@ -82,16 +82,17 @@ def _check_shipped(name: str, folder) -> None:
         resolve_adapter(name, "Qwen/Qwen3-4B")
 
 
-@pytest.mark.parametrize("name", ["warmstart", "warmstart_expert"])
+@pytest.mark.parametrize("name", ["warmstart", "warmstart_expert", "warmstart_epoch"])
 def test_the_shipped_warm_starts_play_valid_admissible_calls(tiny_games, name):
-    """data/warmstart (``--init-adapter warmstart``) and data/warmstart_expert (the default): on a game
-    they never saw, their greedy first replies are valid tool calls of admissible actions (the bare model
-    makes none), the first of them the walkthroughs' ``look``."""
+    """data/warmstart (``--init-adapter warmstart``), data/warmstart_expert and data/warmstart_epoch (the
+    default): on a game they never saw, their greedy first replies are valid tool calls of admissible actions
+    (the bare model makes none), the first of them the walkthroughs' ``look``."""
     from alfrl.models import load_policy
-    from alfrl.paths import EXPERT_WARM_START_DIR, WARM_START_DIR
+    from alfrl.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, WARM_START_DIR
     from alfrl.rollout import RolloutConfig, rollout_group
 
-    _check_shipped(name, {"warmstart": WARM_START_DIR, "warmstart_expert": EXPERT_WARM_START_DIR}[name])
+    _check_shipped(name, {"warmstart": WARM_START_DIR, "warmstart_expert": EXPERT_WARM_START_DIR,
+                          "warmstart_epoch": EPOCH_WARM_START_DIR}[name])
     policy = load_policy(lora=name)
     game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
     (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=3, max_new_tokens=48, temperature=0.0,
@@ -101,18 +102,23 @@ def test_the_shipped_warm_starts_play_valid_admissible_calls(tiny_games, name):
 
 
 def test_the_default_warm_start_continues_the_first():
-    """data/warmstart_expert is the default of train and dagger: the first warm start's LoRA shape, every
-    lora_B moved by 320 more walkthroughs."""
+    """data/warmstart_epoch is the default of train and dagger: the first warm start's LoRA shape, every
+    lora_B moved by 320 more walkthroughs (data/warmstart_expert, step 80) and again by the epoch's other 560."""
     from safetensors.torch import load_file
 
-    from alfrl.models import DEFAULT_WARM_START
-    from alfrl.paths import EXPERT_WARM_START_DIR, WARM_START_DIR
+    from alfrl.dagger import DaggerConfig
+    from alfrl.models import DEFAULT_WARM_START, resolve_adapter
+    from alfrl.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, WARM_START_DIR
     from alfrl.train_config import TrainConfig
 
-    assert DEFAULT_WARM_START == TrainConfig().init_adapter == "warmstart_expert"
-    first, more = (load_file(d / "adapter_model.safetensors") for d in (WARM_START_DIR, EXPERT_WARM_START_DIR))
-    assert first.keys() == more.keys() and all(first[k].shape == more[k].shape for k in first)
-    assert all(not torch.equal(first[k], more[k]) for k in first if "lora_B" in k)
+    assert DEFAULT_WARM_START == TrainConfig().init_adapter == DaggerConfig().init_adapter == "warmstart_epoch"
+    assert resolve_adapter(DEFAULT_WARM_START) == EPOCH_WARM_START_DIR
+    first, step80, epoch = (load_file(d / "adapter_model.safetensors")
+                            for d in (WARM_START_DIR, EXPERT_WARM_START_DIR, EPOCH_WARM_START_DIR))
+    assert first.keys() == step80.keys() == epoch.keys()
+    assert all(first[k].shape == step80[k].shape == epoch[k].shape for k in first)
+    assert all(not torch.equal(first[k], step80[k]) and not torch.equal(step80[k], epoch[k])
+               for k in first if "lora_B" in k)
 
 
 def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
