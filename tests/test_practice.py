@@ -197,3 +197,32 @@ def test_a_real_profile_resumes_without_playing_a_game_twice(tmp_path, tiny_game
     assert again[1] == lines[1]  # the same seed: the second game plays as it did
     changed = subprocess.run(cmd + ["--resume", "--k", "3"], capture_output=True, text=True)
     assert changed.returncode == 2 and "other settings (k)" in changed.stderr
+
+
+def test_compare_profiles_pairs_checkpoints_game_by_game(tmp_path):
+    """scripts/compare_profiles.py: totals, games won at least once and every time, per task type, and the
+    gain against the first checkpoint with the sign-flip p, by hand on three games of 4 samples."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("compare_profiles", REPO_ROOT / "scripts" / "compare_profiles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    start = [dict(line("a", 1, 4), task_type="pick_and_place_simple"),
+             dict(line("b", 0, 4), task_type="look_at_obj_in_light"),
+             dict(line("c", 4, 4), task_type="pick_and_place_simple")]
+    after = [dict(line("c", 4, 4), task_type="pick_and_place_simple"),  # in another order: paired by game id
+             dict(line("a", 3, 4), task_type="pick_and_place_simple"),
+             dict(line("b", 1, 4), task_type="look_at_obj_in_light")]
+    rows = module.compare({"start": start, "after": after})
+    assert (rows["start"]["won"], rows["start"]["episodes"], rows["start"]["games_won"],
+            rows["start"]["games_always_won"]) == (5, 12, 2, 1)
+    assert (rows["after"]["won"], rows["after"]["games_won"], rows["after"]["games_always_won"]) == (8, 3, 1)
+    assert rows["after"]["tasks"] == {"pick_and_place_simple": (7, 8), "look_at_obj_in_light": (1, 4)}
+    a = rows["after"]["against_first"]
+    # differences +0.5, +0.25, 0: of the 4 sign flips of the two non-zero ones, only "both +" reaches +0.75
+    assert a["gain_points"] == pytest.approx(100 * 3 / 12) and (a["games_up"], a["games_down"]) == (2, 0)
+    assert a["p_value"] == pytest.approx(1 / 4) and a["p_two_sided"] == pytest.approx(2 / 4)
+    text = module.markdown(rows, "note")
+    assert text.startswith("note\n") and "| after | 8/12 (67%, " in text and "| +25.0 | 2/0 | 0.25; 0.50 |" in text
+    assert "| pick (8) | look (4) |" in text and "| after | 7 | 1 |" in text
+    with pytest.raises(ValueError, match="other games"):
+        module.compare({"start": start, "after": after[:2]})
