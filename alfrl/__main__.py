@@ -98,9 +98,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
     """``--agent``'s adapter, the model it belongs to, and a description: a shipped one (``warmstart_epoch``,
-    ``warmstart_expert``, ``warmstart``, ``grpo``), a LoRA adapter folder, a checkpoint folder (its ``adapter/``) or a training
-    run directory (the adapter of its newest checkpoint, on the model its config.json names unless
-    ``model`` is given). A clear FileNotFoundError when PATH holds none of these."""
+    ``warmstart_expert``, ``warmstart``, ``grpo``), a LoRA adapter folder, a checkpoint folder (its
+    ``adapter/``) or a training run directory (the adapter of its newest checkpoint, on the model its
+    config.json names unless ``model`` is given). A clear FileNotFoundError when PATH holds none of these."""
     from alfrl.checkpoint import latest_checkpoint
     from alfrl.models import BUNDLED, SHIPPED, resolve_adapter
     from alfrl.rundir import read_config

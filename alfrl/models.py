@@ -47,7 +47,7 @@ docs/results.md, shipped with the course for the bundled model (``data/grpo``)."
 SHIPPED = {WARM_START: ("the first warm start (expert SFT, 150 walkthroughs)", _in_repo(WARM_START_DIR)),
            EXPERT_WARM_START: ("the second warm start (the first on 320 more expert walkthroughs)",
                                  _in_repo(EXPERT_WARM_START_DIR)),
-           EPOCH_WARM_START: ("the default warm start (the first on all 880 more expert walkthroughs)",
+           EPOCH_WARM_START: ("the default warm start (the first on 880 more expert walkthroughs, one epoch)",
                               _in_repo(EPOCH_WARM_START_DIR)),
            GRPO: ("the shipped GRPO adapter (the first warm start after 12 GRPO updates)", _in_repo(GRPO_DIR))}
 """The adapters that ship with the course, by name: what they are, and their folder in the repository."""

@@ -233,8 +233,8 @@ PRESETS: dict[str, dict] = {
                       checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1,
                       tis_cap=2.0),
 }
-"""cpu: the bundled small model from the default warm start (data/warmstart_epoch; the figures of
-docs/results.md's cpu runs name theirs: most are from the first one, ``--init-adapter warmstart``), small rooms and short
+"""cpu: the bundled small model from the default warm start (data/warmstart_epoch; the cpu runs of
+docs/results.md name theirs: most are from the first one, ``--init-adapter warmstart``), small rooms and short
 episodes, 10 updates of 2 groups of 8 at temperature 0.6, only groups with a win and a loss trained (dynamic
 sampling, at most 4 groups played per update), rollouts with the adapter merged into a float32 copy, replies
 decoded speculatively (8 drafted tokens), and on a CPU with native bfloat16 (AVX512_BF16 or AMX) prompts
