@@ -22,15 +22,10 @@ import argparse
 import json
 from pathlib import Path
 
-from alfrl.eval_report import p_text
+from alfrl import TASK_TYPES
+from alfrl.eval_report import SHORT_TASK_NAMES, p_text
 from alfrl.eval_stats import wilson_interval
 from alfrl.practice import paired_gain, read_profile
-
-TASKS = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
-         "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
-SHORT = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep": "clean",
-         "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool",
-         "pick_two_obj_and_place": "two"}
 
 
 def write_games(split: str, data_dir: str | None, limit: int, out: Path, max_expert_steps: int | None,
@@ -90,9 +85,9 @@ def markdown(rows: dict, note: str = "") -> str:
                    f"{p_text(a['p_value'])}; {p_text(a['p_two_sided'])}") if a else " | | "
         lines.append(f"| {name} | {_cell(r['won'], r['episodes'])} | {r['games_won']} | {r['games_always_won']} | "
                      f"{against} |")
-    tasks = [t for t in TASKS if t in first["tasks"]]
+    tasks = [t for t in TASK_TYPES if t in first["tasks"]]
     lines += ["", "Episodes won per task type:", "",
-              "| checkpoint | " + " | ".join(f"{SHORT[t]} ({first['tasks'][t][1]})" for t in tasks) + " |",
+              "| checkpoint | " + " | ".join(f"{SHORT_TASK_NAMES[t]} ({first['tasks'][t][1]})" for t in tasks) + " |",
               "|---|" + "---|" * len(tasks)]
     for name in names:
         lines.append(f"| {name} | " + " | ".join(str(rows[name]["tasks"][t][0]) for t in tasks) + " |")
