@@ -9,7 +9,9 @@ GRPO needs no value network: the K trajectories of one game are each other's bas
 - advantage = reward - mean reward of the group (optionally divided by the group's std);
 - a group whose rewards are all equal has advantage 0 everywhere: it carries no signal,
   so it is counted and left out of the update;
-- per-token advantage = advantage x mask: only tokens the model sampled are pushed.
+- per-token advantage = advantage x mask: only tokens the model sampled are pushed;
+- with step-level credit (``credit="gigpo"``, :mod:`alfrl.gigpo`), each turn's tokens get the episode
+  advantage plus ``omega`` x that turn's step advantage against the group's turns in the same state.
 
 Taught in notebook 04 (group advantages and the mask); used by 03 and 05.
 """
@@ -22,7 +24,11 @@ from statistics import fmean, pstdev
 
 import torch
 
+from alfrl.gigpo import assign_turn_advantages, token_advantage_values
 from alfrl.rollout import END_REASONS, Trajectory
+
+CREDITS = ("grpo", "gigpo")
+"""How an episode's advantage reaches its tokens: the same for all (grpo), or per turn (gigpo)."""
 
 
 @dataclass
@@ -37,6 +43,22 @@ class AdvantageConfig:
     """Added to the std before dividing."""
     subgoal_reward: float = 0.0
     """Reward per subgoal reached (alpha; 0 = the reference reward, won - 0.1 x invalid)."""
+    credit: str = "grpo"
+    """"grpo": every sampled token of an episode gets its advantage; "gigpo": plus step-level credit per turn
+    (alfrl.gigpo)."""
+    omega: float = 1.0
+    """With credit "gigpo": the weight of the step advantage beside the episode's."""
+    gamma: float = 0.95
+    """With credit "gigpo": the discount of the step returns."""
+
+    def __post_init__(self):
+        if self.credit not in CREDITS:
+            raise ValueError(f"credit must be one of {', '.join(CREDITS)} (got {self.credit!r})")
+        if self.credit == "gigpo" and self.subgoal_reward:
+            raise ValueError("step-level credit (gigpo) locates the reference reward's terms (the win, each invalid "
+                             "reply) on their turns; it has no place for a subgoal reward: use one or the other")
+        if not 0 <= self.gamma <= 1:
+            raise ValueError(f"gamma must be in [0, 1] (got {self.gamma})")
 
     def reward(self, trajectory: Trajectory) -> float:
         """This config's :func:`episode_reward` of ``trajectory``."""
@@ -68,8 +90,8 @@ def group_advantages(rewards: list[float], normalize_std: bool = False, std_eps:
 
 
 def assign_advantages(groups: list[list[Trajectory]], config: AdvantageConfig | None = None) -> list[Trajectory]:
-    """Set ``reward`` and ``advantage`` on every trajectory; return those of non-degenerate groups
-    (the ones worth training on)."""
+    """Set ``reward`` and ``advantage`` on every trajectory (and, with ``credit="gigpo"``, the
+    ``turn_advantages`` of the groups kept); return those of non-degenerate groups (the ones worth training on)."""
     config = config or AdvantageConfig()
     keep = []
     for group in groups:
@@ -80,15 +102,18 @@ def assign_advantages(groups: list[list[Trajectory]], config: AdvantageConfig | 
             advantages = group_advantages(rewards, config.normalize_std, config.std_eps)
             keep.extend(group)
         for t, r, a in zip(group, rewards, advantages):
-            t.reward, t.advantage = r, a
+            t.reward, t.advantage, t.turn_advantages = r, a, None
+        if config.credit == "gigpo" and not is_degenerate(rewards):
+            assign_turn_advantages(group, config.omega, config.invalid_penalty, config.gamma)
     return keep
 
 
 def token_advantages(trajectory: Trajectory) -> torch.Tensor:
-    """advantage x mask, one value per token (zero outside the sampled tokens)."""
+    """advantage x mask, one value per token (zero outside the sampled tokens); with step-level credit,
+    each sampled token gets its turn's advantage."""
     if trajectory.advantage is None:
         raise ValueError("this trajectory has no advantage yet; call assign_advantages on its group first")
-    return trajectory.advantage * torch.tensor(trajectory.mask, dtype=torch.float32)
+    return torch.tensor(token_advantage_values(trajectory), dtype=torch.float32)
 
 
 def batch_stats(groups: list[list[Trajectory]], config: AdvantageConfig | None = None) -> dict[str, float]:

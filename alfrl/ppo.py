@@ -1,7 +1,8 @@
 """The PPO update on the LoRA adapter: recompute token logprobs, the clipped objective on sampled
 tokens only, token-level averaging, gradient clipping, Adam.
 
-Per token t of a trajectory with advantage A (the same A for every sampled token of it):
+Per token t of a trajectory with advantage A (the same A for every sampled token of it; with step-level
+credit, :mod:`alfrl.gigpo`, its turn's):
 
     ratio_t = exp(logp_new(t) - logp_old(t))
     loss_t  = -min(ratio_t * A, clip(ratio_t, clip_low, clip_high) * A)
@@ -30,6 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from alfrl.gigpo import token_advantage_values
 from alfrl.prefix import SharedPrefix, can_share, prefix_groups, run_prefix
 from alfrl.rollout import Trajectory
 
@@ -234,7 +236,7 @@ def padded_tensors(batch: list[Trajectory], length: int, device) -> tuple[torch.
     def padded(rows: list[list[float]]) -> torch.Tensor:  # one copy to the device per tensor
         return torch.tensor([list(r) + [0.0] * (length - len(r)) for r in rows], dtype=torch.float32, device=device)
     return (padded([t.logprobs for t in batch]), padded([t.mask for t in batch]),
-            padded([[float(t.advantage or 0.0)] * len(t.tokens) for t in batch]))
+            padded([token_advantage_values(t) for t in batch]))
 
 
 def _autocast(model, enabled: bool):

@@ -32,6 +32,7 @@ from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_
                               truncate_jsonl)
 from alfrl.dpo import FrozenAdapter, dpo_update, preference_pairs
 from alfrl.games import check_games, load_games, shuffled
+from alfrl.gigpo import anchor_stats
 from alfrl.models import LoraSpec, load_policy, sampling_copy, save_adapter, torch_threads
 from alfrl.plots import plot_training
 from alfrl.practice import game_wins
@@ -199,6 +200,8 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
                 trackers.log(evaluate_step(policy, config, run_dir, step, progress), step)
             _plot(history, run_dir)
             bar.set_postfix(reward=f"{metrics['reward']:.2f}", success=f"{metrics['success']:.2f}")
+            if progress:
+                tqdm.write(progress_line(history, config.updates))
             if on_update:
                 on_update(history)
     except KeyboardInterrupt:
@@ -212,6 +215,20 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
             server.stop()
     print(summary(history, run_dir))
     return history
+
+
+def progress_line(history: list[dict], updates: int) -> str:
+    """One log line after an update: what it played and trained, and when the run should end (the mean
+    time of every update so far, resumed ones included, times the updates left)."""
+    last = history[-1]
+    seconds = [m["rollout_seconds"] + m["update_seconds"] for m in history]
+    left = (updates - last["step"]) * sum(seconds) / len(seconds)
+    trained = sum(m.get("trajectories_trained") or 0 for m in history)
+    played = sum(m["trajectories"] for m in history)
+    finish = time.strftime("%H:%M", time.localtime(time.time() + left))
+    return (f"update {last['step']}/{updates}: success {last['success']:.2f}, trained "
+            f"{last.get('trajectories_trained') or 0} of {last['trajectories']} episodes played "
+            f"({trained} of {played} in all), {seconds[-1] / 60:.1f} min; ETA {left / 3600:.1f} h (about {finish})")
 
 
 def _open_trackers(config: TrainConfig, run_dir: Path, history: list[dict], done: int, pending_eval: bool
@@ -337,6 +354,8 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
     tick = time.perf_counter()
     step_metrics, optimizer_steps = learn(policy, optimizer, config, ppo, kept, step, run_dir)
     update_seconds = time.perf_counter() - tick
+    if config.credit == "gigpo":  # how many turns had a state to be compared in
+        step_metrics.update(anchor_stats(kept, config.invalid_penalty, config.gigpo_gamma))
     append_jsonl(run_dir / "trajectories.jsonl",
                  [{"step": step, **t.record()} for g in played for t in g])
     return {"step": step, **stats, "groups_dropped": len(played) - len(kept) if config.dynamic_sampling else 0,

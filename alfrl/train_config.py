@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alfrl.advantage import AdvantageConfig
+from alfrl.advantage import CREDITS, AdvantageConfig
 from alfrl.bundled import BUNDLED
 from alfrl.checks import Range, check_fields
 from alfrl.models import DEFAULT_WARM_START, WARM_START
@@ -84,6 +84,14 @@ class TrainConfig:
     0: the reference reward."""
     normalize_std: bool = False
     """Divide advantages by the group's std."""
+    credit: str = "grpo"
+    """How the episode's advantage reaches its tokens: "grpo" (every sampled token of the episode the same) or
+    "gigpo" (plus step-level credit: each turn's step return against the group's turns in the same state;
+    alfrl.gigpo, notebook 04)."""
+    gigpo_omega: float = 1.0
+    """With --credit gigpo: the weight of the step advantage (token advantage = episode + omega x step)."""
+    gigpo_gamma: float = 0.95
+    """With --credit gigpo: the discount of the step returns."""
     algo: str = "grpo"
     """The update: "grpo" (PPO on group-relative advantages), "rft" (fine-tune on the winning trajectories)
     or "dpo" (DPO on each group's preference pairs against the starting adapter); notebook 07."""
@@ -198,7 +206,8 @@ class TrainConfig:
 
     def advantage(self) -> AdvantageConfig:
         return AdvantageConfig(invalid_penalty=self.invalid_penalty, normalize_std=self.normalize_std,
-                               subgoal_reward=self.subgoal_reward)
+                               subgoal_reward=self.subgoal_reward, credit=self.credit, omega=self.gigpo_omega,
+                               gamma=self.gigpo_gamma)
 
 
 def cpu_preset(native_bf16: bool) -> dict:
@@ -221,11 +230,24 @@ def practice_preset(native_bf16: bool) -> dict:
             "dynamic_sampling": False, "games_per_update": 2, "updates": 20}
 
 
+def scale_preset(native_bf16: bool) -> dict:
+    """The scale preset: the cpu preset's rollouts at the reference run's size, 8 trained groups of 8 an update
+    for 80 updates (5,120 trained episodes), from the default warm start. Every update plays fresh rooms: the
+    next ones of data/rl_rooms (small generated train rooms, never a held-out one), 8 at first and more, 2 at a
+    time, until 8 groups have a reward spread (DAPO's dynamic sampling) or 16 were played. One checkpoint is
+    kept and no tracker writes (the run's small state is what a long run commits between sessions);
+    scripts/scale_run.py drives its two arms (--credit grpo and gigpo) and docs/results.md says what they did."""
+    return {**cpu_preset(native_bf16), "run_dir": "runs/scale", "data_dir": "data/rl_rooms", "games_per_update": 8,
+            "max_groups_per_update": 16, "keep_groups": "spread", "updates": 80, "keep_checkpoints": 1,
+            "log": "none"}
+
+
 _NATIVE_BF16 = native_bf16_cpu()  # read /proc/cpuinfo once, for both CPU presets
 
 PRESETS: dict[str, dict] = {
     "cpu": cpu_preset(_NATIVE_BF16),
     "practice": practice_preset(_NATIVE_BF16),
+    "scale": scale_preset(_NATIVE_BF16),
     "reference": dict(run_dir="runs/reference", model="Qwen/Qwen3-4B", dtype="bfloat16", device="cuda",
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
@@ -243,7 +265,8 @@ CPU about 4.5 minutes an update from the first warm start (45 in all) and 3.7 fr
 docs/results.md for what this does and does not achieve).
 practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20 updates
 (:func:`practice_preset`; scripts/practice_result.py measures what it gains on them and on matched
-controls). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA
+controls). scale: the cpu preset's method at the reference run's 5,120 episodes, fresh rooms every update
+(:func:`scale_preset`). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA
 rank 32, lr 1e-6) for a GPU, with truncated importance sampling (cap 2) for its bf16 sampler."""
 
 
@@ -264,6 +287,8 @@ TRAIN_RANGES: dict[str, Range] = {
     "dpo_beta": Range(above=0),
     "pair_margin": Range(above=0, why=": a pair of equal rewards prefers nothing"),
     "eval_games": Range(at_least=1),
+    "gigpo_omega": Range(at_least=0),
+    "gigpo_gamma": Range(at_least=0, at_most=1),
     "temperature": Range(above=0, why=": the update divides the logits by it; sample near-greedily with a small "
                                       "value such as 0.1 (python -m alfrl eval --temperature 0 evaluates greedily)"),
     "top_p": Range(above=0, at_most=1),
@@ -296,6 +321,12 @@ def check_config(config: TrainConfig) -> None:
     if config.algo == "dpo" and (config.epochs > 1 or config.minibatches > 1 or config.kl_coef):
         raise ValueError("--algo dpo takes one step an update against its reference adapter: --epochs, "
                          "--minibatches and --kl-coef are PPO's; leave them at 1, 1 and 0")
+    if config.credit not in CREDITS:
+        raise ValueError(f"--credit must be one of {', '.join(CREDITS)} (got {config.credit!r}): grpo credits every "
+                         "token of an episode alike, gigpo adds step-level credit per turn")
+    if config.credit != "grpo" and config.algo != "grpo":
+        raise ValueError(f"--credit {config.credit} sets the advantages of --algo grpo; --algo {config.algo} "
+                         "uses none: leave --credit grpo")
     if config.keep_groups not in ("spread", "win", "progress"):
         raise ValueError(f"--keep-groups must be 'spread', 'win' or 'progress' (got {config.keep_groups!r})")
     if config.keep_groups == "progress" and not config.subgoal_reward:

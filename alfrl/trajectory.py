@@ -85,13 +85,17 @@ class Trajectory:
     sampler_logprobs: list[float] | None = None
     """The sampler's logprobs, kept where an update replaced ``logprobs`` with the trainer's
     (alfrl.ppo.recompute_old_logprobs; truncated importance sampling compares the two)."""
+    turn_advantages: list[float] | None = None
+    """With step-level credit (``--credit gigpo``, alfrl.gigpo): the advantage of each turn's sampled tokens,
+    episode advantage + omega x step advantage; None: every sampled token gets ``advantage``."""
 
     def record(self) -> dict:
-        """The trajectory as a JSON-ready dict (``sampler_logprobs`` only where an update set it, so
-        records keep their form)."""
+        """The trajectory as a JSON-ready dict (``sampler_logprobs`` and ``turn_advantages`` only where an
+        update set them, so records keep their form)."""
         data = asdict(self)
-        if data["sampler_logprobs"] is None:
-            del data["sampler_logprobs"]
+        for optional in ("sampler_logprobs", "turn_advantages"):
+            if data[optional] is None:
+                del data[optional]
         return data
 
     def to_json(self) -> str:

@@ -14,7 +14,8 @@ from alfrl.checkpoint import RunDirError, prepare_run_dir, read_jsonl
 from alfrl.protocol import ChatFormat
 from alfrl.scripted import ScriptedSession, expert_replies
 from alfrl.tracking import read_tensorboard, scalars
-from alfrl.train import PRESETS, TrainConfig, games_at, games_for_update, play_update, preset, train
+from alfrl.train import (PRESETS, TrainConfig, check_config, games_at, games_for_update, play_update, preset,
+                         train)
 
 SPLIT = "valid_seen"
 
@@ -143,6 +144,45 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
     want = [{k: v for k, v in m.items() if k not in drop} for m in straight]
     _close(same, want)
     assert len(read_jsonl(run / "trajectories.jsonl")) == 2 * 2
+
+
+def test_a_scale_like_run_with_step_credit_resumes_exactly_on_fresh_games(tmp_path, tiny_games, expert_vs_junk):
+    """The scale preset's shape in tiny: step-level credit (GiGPO) and dynamic sampling over fresh games.
+    Stopped after update 1 and resumed, it logs what a straight run logs (the cursor, the RNG, Adam's state and
+    the adapter come back), plays no game twice, and its tokens got per-turn advantages."""
+    over = dict(credit="gigpo", dynamic_sampling=True, keep_groups="spread", max_groups_per_update=2, updates=2)
+    straight = train(tiny(tmp_path / "a", tiny_games, **over), progress=False)
+    games = [g for m in straight for g in m["games"]]
+    assert len(games) == 2 and len(set(games)) == 2  # a fresh game every update
+    assert all(m["optimizer_steps"] == 1 and 0 < m["step_credit_rate"] <= m["anchored_turn_rate"] for m in straight)
+    records = read_jsonl(tmp_path / "a" / "run" / "trajectories.jsonl")
+    assert all(len(r["turn_advantages"]) == len(r["turns"]) for r in records)
+
+    def stop_after_first(history):
+        if len(history) == 1:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny(tmp_path / "b", tiny_games, **over), progress=False, on_update=stop_after_first)
+    resumed = train(resume=tmp_path / "b" / "run", progress=False)
+    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb", "peak_gpu_gb",
+            "forward_seconds", "backward_seconds", "episodes_per_minute"}
+    _close([{k: v for k, v in m.items() if k not in drop} for m in resumed],
+           [{k: v for k, v in m.items() if k not in drop} for m in straight])
+
+
+def test_scale_preset_is_the_reference_runs_size():
+    """8 trained groups of 8 for 80 updates (5,120 episodes), fresh generated train rooms, spread groups only."""
+    config = preset("scale")
+    assert (config.games_per_update, config.k, config.updates) == (8, 8, 80)
+    assert config.games_per_update * config.k * config.updates == 5120
+    assert config.dynamic_sampling and config.keep_groups == "spread" and config.max_groups_per_update == 16
+    assert config.data_dir == "data/rl_rooms" and config.split == "train" and config.credit == "grpo"
+    assert config.init_adapter == TrainConfig().init_adapter  # the default warm start
+    assert preset("scale", credit="gigpo").advantage().credit == "gigpo"
+    with pytest.raises(ValueError, match="--credit must be one of"):
+        check_config(replace(config, credit="steps"))
+    with pytest.raises(ValueError, match="--algo grpo"):
+        check_config(replace(config, credit="gigpo", algo="rft"))
 
 
 def _close(a: list[dict], b: list[dict]) -> None:

@@ -1,0 +1,85 @@
+"""The rooms of the scale run and of its held-out panel, made once and committed before the run.
+
+    python -m alfrl generate --out /tmp/gen/panel3 --splits valid_unseen --n 700 --seed 3 \\
+        --size-max-receptacles 16 --pack-dir /tmp/gen/panel3_pack
+    python -m alfrl generate --out /tmp/gen/train4 --splits train --n 2400 --seed 4 \\
+        --size-max-receptacles 16 --pack-dir /tmp/gen/train4_pack
+    python scripts/make_scale_data.py --train data/expert/train.jsonl.xz /tmp/gen/train4_pack/train.jsonl.xz \\
+        --panel data/heldout/valid_unseen.jsonl.xz /tmp/gen/panel3_pack/valid_unseen.jsonl.xz
+
+Every pack was generated with the same settings (``--size-max-receptacles 16``; train from ALFWorld's training
+floor plans, valid_unseen from its held-out ones), and both sides keep only the small rooms the cpu presets play
+(the expert wins in at most 8 steps, at most 20 receptacles). Writes ``data/rl_rooms/train.jsonl.xz`` (the
+training rooms), ``data/panel/valid_unseen.jsonl.xz`` (the held-out panel), and in ``data/scale/`` the panel's
+game list and its fixed 100-room subset for the sampled evaluation; it refuses if any game id, task id or floor
+plan is on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from alfrl.gamefile import game_id
+from alfrl.games import load_games
+from alfrl.pack import expand, read_pack, write_pack
+from alfrl.paths import REPO_ROOT
+
+FILTERS = {"max_expert_steps": 8, "max_receptacles": 20}
+"""The rooms the scale preset trains on and the panel plays: those of the cpu presets."""
+SAMPLED_ROOMS = 100
+SAMPLED_SEED = 45
+"""The panel's rooms played 4 times each at temperature 0.6: a seeded sample of 100, fixed here."""
+
+
+def small_records(packs: list[Path], split: str) -> list[dict]:
+    """The records of ``packs`` whose rooms pass :data:`FILTERS` (read by the loader every command uses)."""
+    records = [r for pack in packs for r in read_pack(pack)]
+    ids = [game_id(r) for r in records]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"the {split} packs share game ids; generate them with different seeds")
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, pack in enumerate(packs):
+            expand(pack, Path(tmp) / str(i))
+        keep = {g.game_id for i in range(len(packs))
+                for g in load_games(split, Path(tmp) / str(i), **FILTERS)}
+    return [r for r in records if game_id(r) in keep]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", nargs="+", type=Path, required=True, help="packs of generated train games")
+    parser.add_argument("--panel", nargs="+", type=Path, required=True, help="packs of generated valid_unseen games")
+    args = parser.parse_args()
+    train = small_records(args.train, "train")
+    panel = small_records(args.panel, "valid_unseen")
+    for what in ("task_id", "scene"):
+        shared = {r[what] for r in train} & {r[what] for r in panel}
+        if shared:
+            raise SystemExit(f"{len(shared)} {what}s are both in training and in the panel (first: {sorted(shared)[0]})")
+    if {game_id(r) for r in train} & {game_id(r) for r in panel}:
+        raise SystemExit("a game is both in training and in the panel")
+    # indices must be unique within a pack (it is sorted by them): number the merged records afresh
+    for records in (train, panel):
+        records.sort(key=game_id)
+        for i, r in enumerate(records):
+            r["index"] = i
+    write_pack(train, REPO_ROOT / "data/rl_rooms/train.jsonl.xz")
+    write_pack(panel, REPO_ROOT / "data/panel/valid_unseen.jsonl.xz")
+    scale = REPO_ROOT / "data/scale"
+    scale.mkdir(parents=True, exist_ok=True)
+    ids = sorted(game_id(r) for r in panel)
+    (scale / "panel_games.txt").write_text("".join(f"{g}\n" for g in ids))
+    sampled = sorted(random.Random(SAMPLED_SEED).sample(ids, SAMPLED_ROOMS))
+    (scale / "panel_sampled100.txt").write_text("".join(f"{g}\n" for g in sampled))
+    for name, records in (("training rooms", train), ("panel rooms", panel)):
+        types = Counter(r["task_type"] for r in records)
+        print(f"{name}: {len(records)} in {len({r['scene'] for r in records})} floor plans; "
+              + ", ".join(f"{t} {n}" for t, n in sorted(types.items())))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Drive the scale run's two arms (data/scale/PREREGISTRATION.md): GRPO and GiGPO from the default warm start,
+the same seed and room order, a few updates of each in turn, so that both stand at the same number of updates
+whenever the run is stopped.
+
+    python scripts/scale_run.py --until 40            # both arms to update 40, two updates at a time
+    python scripts/scale_run.py --until 80 --arms gigpo
+
+Each arm is a run directory, ``data/scale/ARM``, trained by the course's own command (printed before it runs):
+``python -m alfrl train --preset scale --credit ARM --run-dir data/scale/ARM --updates N`` the first time,
+``python -m alfrl train --resume data/scale/ARM --updates N`` after that, so a stopped run (a kill, the end of a
+session) continues from its last checkpoint without losing or repeating an update. At the pre-registered
+updates (10, 20, 40, 80) the adapter is copied to ``data/scale/ARM/adapters/step_N`` for the panel
+(``scripts/scale_panel.py``), since the run keeps only its newest checkpoint. What a session commits: each
+arm's config.json, metrics.jsonl, newest checkpoint (adapter, Adam's state, cursor, RNG states) and those
+adapters; the trajectories stay out (``.gitignore``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from alfrl.checkpoint import latest_checkpoint
+from alfrl.paths import REPO_ROOT
+
+ARMS = ("grpo", "gigpo")
+MILESTONES = (10, 20, 40, 80)
+"""The updates whose adapters the panel plays: 640, 1,280, 2,560 and 5,120 trained episodes at 8 groups of 8."""
+
+
+def run_dir(arm: str) -> Path:
+    return REPO_ROOT / "data/scale" / arm
+
+
+def updates_done(arm: str) -> int:
+    checkpoint = latest_checkpoint(run_dir(arm)) if (run_dir(arm) / "config.json").is_file() else None
+    return int(checkpoint.name.split("_")[-1]) if checkpoint else 0
+
+
+def train_command(arm: str, until: int, threads: int) -> list[str]:
+    folder = str(run_dir(arm).relative_to(REPO_ROOT))
+    if (run_dir(arm) / "config.json").is_file():
+        args = ["--resume", folder]
+    else:
+        args = ["--preset", "scale", "--credit", arm, "--run-dir", folder]
+    return [sys.executable, "-m", "alfrl", "train", *args, "--updates", str(until), "--threads", str(threads)]
+
+
+def keep_milestone(arm: str) -> None:
+    """Copy the newest checkpoint's adapter if its update is a milestone."""
+    checkpoint = latest_checkpoint(run_dir(arm))
+    step = int(checkpoint.name.split("_")[-1])
+    target = run_dir(arm) / "adapters" / f"step_{step:05d}"
+    if step in MILESTONES and not target.is_dir():
+        shutil.copytree(checkpoint / "adapter", target)
+        print(f"[scale_run] {arm}: update {step}'s adapter kept in {target.relative_to(REPO_ROOT)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--until", type=int, required=True, help="train every arm to this update")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--chunk", type=int, default=2, help="updates of one arm before the next one's")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    while (behind := min(args.arms, key=updates_done)) and updates_done(behind) < args.until:
+        for arm in args.arms:
+            done = updates_done(arm)
+            if done >= args.until:
+                continue
+            # stop at a milestone, so its adapter is kept before the next checkpoint replaces it
+            until = min(done + args.chunk, args.until, min(m for m in (*MILESTONES, args.until) if m > done))
+            command = train_command(arm, until, args.threads)
+            print(f"[scale_run] {arm}: {shlex.join(command)}", flush=True)
+            subprocess.run(command, cwd=REPO_ROOT, check=True)
+            keep_milestone(arm)
+    print(f"[scale_run] {', '.join(f'{a} at update {updates_done(a)}' for a in args.arms)}")
+
+
+if __name__ == "__main__":
+    main()
