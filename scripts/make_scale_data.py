@@ -49,32 +49,47 @@ def small_records(packs: list[Path], split: str) -> list[dict]:
     return [r for r in records if game_id(r) in keep]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--train", nargs="+", type=Path, required=True, help="packs of generated train games")
-    parser.add_argument("--panel", nargs="+", type=Path, required=True, help="packs of generated valid_unseen games")
-    args = parser.parse_args()
-    train = small_records(args.train, "train")
-    panel = small_records(args.panel, "valid_unseen")
+TRAIN_PACK = REPO_ROOT / "data/rl_rooms/train.jsonl.xz"
+PANEL_PACK = REPO_ROOT / "data/panel/valid_unseen.jsonl.xz"
+
+
+def check_apart(train: list[dict], panel: list[dict]) -> None:
+    """Refuse if a game id, task id or floor plan is both in training and in the panel."""
     for what in ("task_id", "scene"):
         shared = {r[what] for r in train} & {r[what] for r in panel}
         if shared:
             raise SystemExit(f"{len(shared)} {what}s are both in training and in the panel (first: {sorted(shared)[0]})")
     if {game_id(r) for r in train} & {game_id(r) for r in panel}:
         raise SystemExit("a game is both in training and in the panel")
-    # indices must be unique within a pack (it is sorted by them): number the merged records afresh
-    for records in (train, panel):
-        records.sort(key=game_id)
-        for i, r in enumerate(records):
-            r["index"] = i
-    write_pack(train, REPO_ROOT / "data/rl_rooms/train.jsonl.xz")
-    write_pack(panel, REPO_ROOT / "data/panel/valid_unseen.jsonl.xz")
-    scale = REPO_ROOT / "data/scale"
-    scale.mkdir(parents=True, exist_ok=True)
-    ids = sorted(game_id(r) for r in panel)
-    (scale / "panel_games.txt").write_text("".join(f"{g}\n" for g in ids))
-    sampled = sorted(random.Random(SAMPLED_SEED).sample(ids, SAMPLED_ROOMS))
-    (scale / "panel_sampled100.txt").write_text("".join(f"{g}\n" for g in sampled))
+
+
+def write_renumbered(records: list[dict], path: Path) -> None:
+    """Write the merged records, numbered afresh (a pack is sorted by index, unique within it)."""
+    records.sort(key=game_id)
+    for i, r in enumerate(records):
+        r["index"] = i
+    write_pack(records, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", nargs="+", type=Path, help="packs of generated train games")
+    parser.add_argument("--panel", nargs="+", type=Path, help="packs of generated valid_unseen games")
+    args = parser.parse_args()
+    if args.panel:
+        panel = small_records(args.panel, "valid_unseen")
+        write_renumbered(panel, PANEL_PACK)
+        scale = REPO_ROOT / "data/scale"
+        scale.mkdir(parents=True, exist_ok=True)
+        ids = sorted(game_id(r) for r in panel)
+        (scale / "panel_games.txt").write_text("".join(f"{g}\n" for g in ids))
+        sampled = sorted(random.Random(SAMPLED_SEED).sample(ids, SAMPLED_ROOMS))
+        (scale / "panel_sampled100.txt").write_text("".join(f"{g}\n" for g in sampled))
+    if args.train:
+        write_renumbered(small_records(args.train, "train"), TRAIN_PACK)
+    train = read_pack(TRAIN_PACK) if TRAIN_PACK.is_file() else []
+    panel = read_pack(PANEL_PACK) if PANEL_PACK.is_file() else []
+    check_apart(train, panel)
     for name, records in (("training rooms", train), ("panel rooms", panel)):
         types = Counter(r["task_type"] for r in records)
         print(f"{name}: {len(records)} in {len({r['scene'] for r in records})} floor plans; "
