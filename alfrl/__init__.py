@@ -24,6 +24,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.scripted` scripted replies (the expert) through the real rollout
 - :mod:`alfrl.vllm_engine` vLLM as an optional rollout engine: a server in its own venv, behind the sampler's seam
 - :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics
+- :mod:`alfrl.gigpo`    step-level credit: turns in the same state compared by their discounted returns
 - :mod:`alfrl.viewer`   a trajectory's tokens by role or advantage
 - :mod:`alfrl.prefix`   a group's shared prefix, run once in the update
 - :mod:`alfrl.precision` whether bfloat16 is native on this CPU (the cpu preset's precision)

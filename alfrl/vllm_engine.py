@@ -6,6 +6,11 @@ GPU), and :class:`VLLMServer` starts ``vllm serve`` from there. What the course 
 
 - **token-id prompts** exactly as :func:`alfrl.protocol.build_next_prompt` makes them (no chat template
   on the server side), with the policy's end-of-turn ids as stop ids and a seed per branch and turn;
+- **the sampling the trainer assumes, named in every request**: temperature and top-p as set, and top-k off
+  (-1), min-p 0, no repetition, presence or frequency penalty. The server also starts with
+  ``--generation-config vllm``, so a model's own ``generation_config.json`` (Qwen3's sets ``top_k=20``) never
+  supplies defaults: sampling from its top 20 tokens would renormalise the logprobs over them, every
+  importance weight of the update would sit below 1, and nothing would say so;
 - **logprobs of the processed distribution** (``--logprobs-mode processed_logprobs``: after temperature
   and top-p, the distribution the token was drawn from, as :mod:`alfrl.sampler` reports them);
 - **prefix caching** on, so a turn's prompt reuses the KV blocks of the previous turn's prompt and reply:
@@ -124,6 +129,7 @@ class VLLMServer:
                 *self.batched_tokens_flag(),
                 "--enable-prefix-caching", "--enable-lora", "--max-lora-rank", str(c.max_lora_rank),
                 "--max-loras", "1", "--logprobs-mode", "processed_logprobs", "--seed", str(c.seed),
+                "--generation-config", "vllm",
                 "--gpu-memory-utilization", str(c.gpu_memory_utilization), "--disable-log-stats"]
 
     def batched_tokens_flag(self) -> list[str]:
@@ -201,12 +207,19 @@ def _post(url: str, body: dict, timeout: float = 600.0) -> dict | str:
         return text
 
 
+PLAIN_SAMPLING = {"top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                  "frequency_penalty": 0.0}
+"""What the trainer's softmax over the whole vocabulary (at the temperature, within top-p) assumes: no top-k
+(-1: off in every vLLM version), no min-p, no penalties."""
+
+
 def completion_body(prompt: list[int], cfg: SampleConfig, stop_ids: set[int], seed: int, model: str) -> dict:
     """One branch's request: a token-id prompt, the reply's budget, stop ids, a seed, and the sampled
-    token's logprob (``logprobs=0``: no alternatives) with the reply's token ids."""
+    token's logprob (``logprobs=0``: no alternatives) with the reply's token ids. Every sampling setting the
+    trainer's logprobs assume is named (:data:`PLAIN_SAMPLING`), so no server default can change it."""
     return {"model": model, "prompt": list(prompt), "max_tokens": cfg.max_new_tokens,
             "temperature": cfg.temperature, "top_p": cfg.top_p if cfg.temperature > 0 else 1.0,
-            "seed": seed, "stop_token_ids": sorted(stop_ids), "logprobs": 0, "return_token_ids": True,
+            **PLAIN_SAMPLING, "seed": seed, "stop_token_ids": sorted(stop_ids), "logprobs": 0, "return_token_ids": True,
             "skip_special_tokens": False, "include_stop_str_in_output": True}
 
 

@@ -292,6 +292,24 @@ def test_nb04_rewards_and_advantages_match_alfrl_advantage():
                                                                           abs=1e-9)
 
 
+def test_nb04_step_credit_by_hand_is_alfrl_gigpo():
+    """Section 5's hand-written step rewards, returns, state keys and step advantages are alfrl.gigpo's, on the
+    hand-built group of tests/test_gigpo.py and with other penalties and discounts."""
+    from alfrl import gigpo
+    from test_gigpo import hand_group
+
+    ns = notebook_definitions("04_advantages_masks.ipynb", "step_advantages_by_hand")
+    group = hand_group()
+    for t in group:
+        assert ns["turn_rewards"](t) == pytest.approx(gigpo.step_rewards(t, ns["STEP_PENALTY"]))
+        assert ns["state_keys"](t) == gigpo.state_keys(t)
+        for gamma in (0.0, 0.5, ns["GAMMA"], 1.0):
+            assert ns["discounted"](ns["turn_rewards"](t), gamma) == pytest.approx(
+                gigpo.discounted_returns(gigpo.step_rewards(t), gamma))
+    for mine, theirs in zip(ns["step_advantages_by_hand"](group), gigpo.step_advantages(group, gamma=ns["GAMMA"])):
+        assert mine == pytest.approx(theirs)
+
+
 # --- 05_ppo_loop: its exercises (the clipped loss, which tokens stop pulling) are checked against
 # alfrl.ppo in tests/test_exercises_nb05.py; the loop written out is alfrl.train's first update -------
 

@@ -68,10 +68,20 @@ def fake():
 def test_a_request_carries_token_ids_stop_ids_seed_and_the_sampled_tokens_logprob():
     body = completion_body([5, 6], SampleConfig(temperature=0.6, top_p=0.9, max_new_tokens=48), STOP, 11, "m")
     assert body == {"model": "m", "prompt": [5, 6], "max_tokens": 48, "temperature": 0.6, "top_p": 0.9,
-                    "seed": 11, "stop_token_ids": [2, 7], "logprobs": 0, "return_token_ids": True,
+                    "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                    "frequency_penalty": 0.0, "seed": 11, "stop_token_ids": [2, 7], "logprobs": 0, "return_token_ids": True,
                     "skip_special_tokens": False, "include_stop_str_in_output": True}
     greedy = completion_body([5], SampleConfig(temperature=0.0, top_p=0.9), STOP, 0, "m")
     assert greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0  # top-p means nothing when greedy
+
+
+def test_the_server_takes_no_sampling_defaults_from_the_models_generation_config(tmp_path, monkeypatch):
+    """A model's generation_config.json (Qwen3's: top_k 20) must not reach the sampler: the server is told to
+    use vLLM's own neutral defaults, and every request names its settings anyway."""
+    import alfrl.vllm_engine as engine
+    monkeypatch.setattr(engine, "missing_reason", lambda venv=None: None)
+    command = engine.VLLMServer(tmp_path, venv=tmp_path).command()
+    assert command[command.index("--generation-config") + 1] == "vllm"
 
 
 def test_a_choice_becomes_a_sample_that_ends_on_its_stop_token_or_its_budget():

@@ -112,3 +112,25 @@ def test_a_training_run_samples_on_vllm_and_serves_each_updates_adapter(tiny_gam
     assert served == ["weights1"]  # update 2's rollouts sampled the weights after update 1; older ones deleted
     assert (tmp_path / "run" / "vllm_serve.log").stat().st_size > 0
     assert json.loads((tmp_path / "run" / "config.json").read_text())["sampler"] == "vllm"
+
+
+def test_a_models_own_top_k_never_reaches_the_sampler(warm, game, tmp_path):
+    """A copy of the bundled model whose generation_config.json asks for top_k 2 (Qwen3's asks for 20; on a model
+    as confident as the warm start, 20 tokens hold nearly all the mass, so only a small k shows the harm): served
+    the course's way, the sampled tokens' logprobs are still the trainer's full softmax at the temperature. Had the
+    server sampled from the top 2, each logprob would be renormalised over 2 tokens and sit above the trainer's."""
+    import json
+    import shutil
+
+    model = tmp_path / "bundled-top-k-2"
+    shutil.copytree(resolve_model("bundled"), model)
+    config_file = model / "generation_config.json"
+    generation = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    config_file.write_text(json.dumps({**generation, "top_k": 2, "do_sample": True}))
+    config = VLLMConfig(max_model_len=4096, kv_cache_gb=1, threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")))
+    with VLLMServer(model, config) as server:
+        engine = VLLMEngine(server.url)
+        engine.load_adapter(resolve_adapter("warmstart"))
+        sampled = rollout_group(replace(warm, engine=engine), game, replace(GREEDY, temperature=1.0, seed=5))
+    gaps = sampled_gaps(warm, sampled, 1.0)
+    assert len(gaps) > 20 and max(gaps) < LOGPROB_TOLERANCE
