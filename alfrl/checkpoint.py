@@ -57,10 +57,11 @@ def step_dir(run_dir: Path, step: int) -> Path:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, save_adapter: Callable[[Path], object], optimizer, state: dict,
-                    keep_last: int = 2) -> Path:
+                    keep_last: int = 2, rng: dict | None = None) -> Path:
     """Write checkpoint ``step`` atomically; keep the newest ``keep_last`` (0 = all). ``save_adapter(folder)``
     writes the model's trainable part (the trainer passes ``alfrl.models.save_adapter`` for its policy), so
-    this module needs no model code."""
+    this module needs no model code. ``rng``: the RNG states to store (default: the current ones), for a
+    checkpoint written later than the step it holds."""
     final = step_dir(Path(run_dir), step)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():
@@ -68,7 +69,7 @@ def save_checkpoint(run_dir: str | Path, step: int, save_adapter: Callable[[Path
     tmp.mkdir(parents=True)
     save_adapter(tmp / "adapter")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    (tmp / "state.json").write_text(json.dumps({**state, "step": step, "rng": rng_state()}))
+    (tmp / "state.json").write_text(json.dumps({**state, "step": step, "rng": rng or rng_state()}))
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)

@@ -12,7 +12,9 @@ Exact resume: the games of update ``u`` and every branch's sampling seed depend 
 the run's seed and ``u``; the adapter, Adam's state and the RNG states are checkpointed
 after every update (``checkpoint_every=1``). A run killed at any point and resumed with
 ``--resume RUN_DIR`` replays at most the update that was in flight and logs the same
-metrics as a run that never stopped.
+metrics as a run that never stopped. With ``checkpoint_every`` > 1, an exception (a failed rollout, an
+interrupt) first writes the checkpoint of the last finished update, unless the update in flight had already
+begun its optimizer step.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from alfrl.advantage import assign_advantages, batch_stats, is_degenerate, progress_spread
-from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, save_checkpoint,
+from alfrl.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, rng_state, save_checkpoint,
                               truncate_jsonl)
 from alfrl.dpo import FrozenAdapter, dpo_update, preference_pairs
 from alfrl.games import check_games, load_games, shuffled
@@ -179,6 +181,8 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
                initial=done, total=config.updates)
     trackers = _open_trackers(config, run_dir, history, done, pending_eval)
     server = None
+    unsaved = None  # (step, cursor, RNG states) of a finished update not yet checkpointed
+    phase = {"stepped": False}  # whether the update in flight has begun to change the weights
     try:
         if config.sampler == "vllm":
             server = start_for(policy, config, run_dir / "vllm_serve.log")
@@ -187,7 +191,7 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
             trackers.log(evaluate_step(policy, config, run_dir, done, progress), done)
             _plot(history, run_dir)
         for step in bar:
-            metrics = _one_update(policy, optimizer, config, ppo, games, step, cursor, run_dir, progress)
+            metrics = _one_update(policy, optimizer, config, ppo, games, step, cursor, run_dir, progress, phase)
             cursor += metrics["groups"]
             history.append(metrics)
             append_jsonl(run_dir / "metrics.jsonl", [metrics])
@@ -195,6 +199,10 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
             if step % config.checkpoint_every == 0 or step == config.updates:
                 save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
                                 {"cursor": cursor}, keep_last=config.keep_checkpoints)
+                unsaved = None
+            else:
+                unsaved = (step, cursor, rng_state())
+            phase["stepped"] = False  # the weights are this update's, checkpointed or not
             if eval_due(config, step):
                 _serve(policy, run_dir, step)
                 trackers.log(evaluate_step(policy, config, run_dir, step, progress), step)
@@ -204,10 +212,15 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
                 tqdm.write(progress_line(history, config.updates))
             if on_update:
                 on_update(history)
-    except KeyboardInterrupt:
+    except BaseException as error:
+        if unsaved and not phase["stepped"]:  # the weights are still those of the last finished update
+            step, at, rng = unsaved
+            save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer, {"cursor": at},
+                            keep_last=config.keep_checkpoints, rng=rng)
         last = latest_checkpoint(run_dir)
-        print(f"\ninterrupted; the last checkpoint is {last.name if last else 'none'}. "
-              f"Continue with: python -m alfrl train --resume {run_dir}")
+        what = "interrupted" if isinstance(error, KeyboardInterrupt) else f"stopped by {type(error).__name__}"
+        print(f"\n{what}; the last checkpoint is {last.name if last else 'none'}. "
+              f"Continue with: python -m alfrl train --resume {run_dir}", file=sys.stderr)
         raise
     finally:
         trackers.close()
@@ -344,14 +357,17 @@ def _reference(policy, run_dir: Path, step: int) -> FrozenAdapter:
 
 
 def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: list, step: int, cursor: int,
-                run_dir: Path, progress: bool) -> dict:
+                run_dir: Path, progress: bool, phase: dict | None = None) -> dict:
     begin = time.perf_counter()
+    phase = phase if phase is not None else {}
+    phase["stepped"] = False
     _serve(policy, run_dir, step - 1)  # the rollouts sample the weights after the previous update
     kept, played = play_update(policy, config, games, step, cursor, progress)
     rollout_seconds = time.perf_counter() - begin
     stats = batch_stats(played, config.advantage())  # what the policy did: every group played
     assign_advantages(played, config.advantage())
     tick = time.perf_counter()
+    phase["stepped"] = True  # from here on the weights are no longer the previous update's
     step_metrics, optimizer_steps = learn(policy, optimizer, config, ppo, kept, step, run_dir)
     update_seconds = time.perf_counter() - tick
     if config.credit == "gigpo":  # how many turns had a state to be compared in

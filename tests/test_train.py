@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from alfrl.checkpoint import RunDirError, prepare_run_dir, read_jsonl
+from alfrl.checkpoint import RunDirError, checkpoints, prepare_run_dir, read_jsonl
 from alfrl.protocol import ChatFormat
 from alfrl.scripted import ScriptedSession, expert_replies
 from alfrl.tracking import read_tensorboard, scalars
@@ -148,8 +148,9 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
 
 def test_a_scale_like_run_with_step_credit_resumes_exactly_on_fresh_games(tmp_path, tiny_games, expert_vs_junk):
     """The scale preset's shape in tiny: step-level credit (GiGPO) and dynamic sampling over fresh games.
-    Stopped after update 1 and resumed, it logs what a straight run logs (the cursor, the RNG, Adam's state and
-    the adapter come back), plays no game twice, and its tokens got per-turn advantages."""
+    Stopped by an error after update 1, between checkpoints, it writes update 1's checkpoint first; resumed, it
+    logs what a straight run logs (the cursor, the RNG, Adam's state and the adapter come back), plays no game
+    twice, and its tokens got per-turn advantages."""
     over = dict(credit="gigpo", dynamic_sampling=True, keep_groups="spread", max_groups_per_update=2, updates=2)
     straight = train(tiny(tmp_path / "a", tiny_games, **over), progress=False)
     games = [g for m in straight for g in m["games"]]
@@ -158,11 +159,14 @@ def test_a_scale_like_run_with_step_credit_resumes_exactly_on_fresh_games(tmp_pa
     records = read_jsonl(tmp_path / "a" / "run" / "trajectories.jsonl")
     assert all(len(r["turn_advantages"]) == len(r["turns"]) for r in records)
 
-    def stop_after_first(history):
+    def fail_after_first(history):  # a fault between updates (a dead rollout server, say)
         if len(history) == 1:
-            raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):
-        train(tiny(tmp_path / "b", tiny_games, **over), progress=False, on_update=stop_after_first)
+            raise RuntimeError("the rollout server died")
+    # checkpoints every 2 updates: the fault itself must write update 1's
+    with pytest.raises(RuntimeError, match="server died"):
+        train(tiny(tmp_path / "b", tiny_games, **over, checkpoint_every=2), progress=False,
+              on_update=fail_after_first)
+    assert [c.name for c in checkpoints(tmp_path / "b" / "run")] == ["step_00001"]
     resumed = train(resume=tmp_path / "b" / "run", progress=False)
     drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb", "peak_gpu_gb",
             "forward_seconds", "backward_seconds", "episodes_per_minute"}
