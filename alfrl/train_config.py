@@ -134,6 +134,20 @@ class TrainConfig:
     sampler: str = "builtin"
     """The rollout engine: "builtin" (alfrl.sampler, in this process) or "vllm" (a vllm serve of the model from
     .venv-vllm, made by scripts/setup_vllm.sh, given the adapter after every update; alfrl.vllm_engine)."""
+    vllm_gpu_memory: float = 0.5
+    """With --sampler vllm on a GPU: the share of each of its GPUs' memory the server may take (the rest is the
+    trainer's when both share a GPU; 0.9 when the server has GPUs of its own, --vllm-gpus)."""
+    vllm_tensor_parallel: int = 1
+    """With --sampler vllm: GPUs one server's model is split across (vLLM's --tensor-parallel-size)."""
+    vllm_gpus: str | None = None
+    """With --sampler vllm: the GPUs the server runs on (CUDA_VISIBLE_DEVICES for it alone, e.g. "1", or "2,3" with
+    --vllm-tensor-parallel 2), so the trainer can keep its own (--device cuda:0). None: the trainer's."""
+    vllm_max_seqs: int = 0
+    """With --sampler vllm: sequences the server decodes together. 0: the rows one rollout plays at once
+    (k x groups_per_batch, at least 8)."""
+    vllm_url: str | None = None
+    """With --sampler vllm: an external server already serving the model at this URL (started by hand, elsewhere,
+    with the flags docs/gpu.md lists) instead of one the trainer starts; it gets the adapter after every update."""
     prefill_dtype: str | None = None
     """Read prompts and tool results in rollouts under this autocast ("bfloat16": ~1.7x faster reads on a
     CPU with AMX/avx512_bf16, far slower on other CPUs; decode steps stay in the sampling model's precision).
@@ -288,6 +302,9 @@ TRAIN_RANGES: dict[str, Range] = {
     "pair_margin": Range(above=0, why=": a pair of equal rewards prefers nothing"),
     "eval_games": Range(at_least=1),
     "gigpo_omega": Range(at_least=0),
+    "vllm_gpu_memory": Range(above=0, at_most=1),
+    "vllm_tensor_parallel": Range(at_least=1),
+    "vllm_max_seqs": Range(at_least=0),
     "gigpo_gamma": Range(at_least=0, at_most=1),
     "temperature": Range(above=0, why=": the update divides the logits by it; sample near-greedily with a small "
                                       "value such as 0.1 (python -m alfrl eval --temperature 0 evaluates greedily)"),
@@ -355,8 +372,11 @@ def check_config(config: TrainConfig) -> None:
         if config.draft_tokens or config.sample_dtype not in (None, "float32") or config.prefill_dtype:
             raise ValueError("--draft-tokens, --sample-dtype and --prefill-dtype set the built-in sampler; with "
                              "--sampler vllm leave them at their defaults (vLLM runs in --dtype)")
-        if reason := missing_reason():
+        if not config.vllm_url and (reason := missing_reason()):
             raise FileNotFoundError(f"--sampler vllm: {reason}")
+    elif config.vllm_url or config.vllm_gpus is not None or config.vllm_tensor_parallel > 1:
+        raise ValueError("--vllm-url, --vllm-gpus and --vllm-tensor-parallel set the vLLM server: add --sampler vllm, "
+                         "or leave them out")
     if config.prefill_dtype is not None and config.old_logprobs != "trainer":
         raise ValueError(f"--prefill-dtype {config.prefill_dtype} reads prompts in another precision than the "
                          "trainer's: use --old-logprobs trainer, or the PPO ratio starts away from 1")

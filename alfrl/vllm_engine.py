@@ -88,6 +88,10 @@ class VLLMConfig:
     """On a CPU: GiB of memory for the paged KV cache (``VLLM_CPU_KVCACHE_SPACE``)."""
     gpu_memory_utilization: float = 0.5
     """On a GPU: the share of its memory vLLM may take (the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """GPUs the model is split across."""
+    gpus: str | None = None
+    """CUDA_VISIBLE_DEVICES for the server alone (None: inherited from the trainer)."""
     threads: int = 0
     """On a CPU: OpenMP threads for the server (0: vLLM's default, every core)."""
     startup_timeout: float = 900.0
@@ -130,7 +134,8 @@ class VLLMServer:
                 "--enable-prefix-caching", "--enable-lora", "--max-lora-rank", str(c.max_lora_rank),
                 "--max-loras", "1", "--logprobs-mode", "processed_logprobs", "--seed", str(c.seed),
                 "--generation-config", "vllm",
-                "--gpu-memory-utilization", str(c.gpu_memory_utilization), "--disable-log-stats"]
+                "--gpu-memory-utilization", str(c.gpu_memory_utilization),
+                "--tensor-parallel-size", str(c.tensor_parallel_size), "--disable-log-stats"]
 
     def batched_tokens_flag(self) -> list[str]:
         """``--max-num-batched-tokens``: as set, else whole prompts on a CPU build (see :class:`VLLMConfig`),
@@ -144,6 +149,8 @@ class VLLMServer:
         env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
                    VLLM_CPU_KVCACHE_SPACE=str(self.config.kv_cache_gb))
         env.pop("VIRTUAL_ENV", None)
+        if self.config.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.config.gpus
         if self.config.threads:
             env["OMP_NUM_THREADS"] = str(self.config.threads)
             env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{self.config.threads - 1}"
@@ -219,8 +226,8 @@ def completion_body(prompt: list[int], cfg: SampleConfig, stop_ids: set[int], se
     trainer's logprobs assume is named (:data:`PLAIN_SAMPLING`), so no server default can change it."""
     return {"model": model, "prompt": list(prompt), "max_tokens": cfg.max_new_tokens,
             "temperature": cfg.temperature, "top_p": cfg.top_p if cfg.temperature > 0 else 1.0,
-            **PLAIN_SAMPLING, "seed": seed, "stop_token_ids": sorted(stop_ids), "logprobs": 0, "return_token_ids": True,
-            "skip_special_tokens": False, "include_stop_str_in_output": True}
+            **PLAIN_SAMPLING, "seed": seed, "stop_token_ids": sorted(stop_ids), "logprobs": 0,
+            "return_token_ids": True, "skip_special_tokens": False, "include_stop_str_in_output": True}
 
 
 def sample_from_choice(choice: dict, stop_ids: set[int], prefilled: int) -> Sample:
@@ -340,16 +347,27 @@ def lora_rank(policy) -> int:
     return next(r for r in (8, 16, 32, 64, 128, 256, 320, 512) if r >= rank)
 
 
-def start_for(policy, config, log: str | Path) -> VLLMServer:
-    """Start a server of ``policy``'s base model in the trainer's dtype and attach it (``policy.engine``)."""
-    from alfrl.models import resolve_device, resolve_dtype, resolve_model
+def server_config(policy, config) -> VLLMConfig:
+    """The server a training config asks for: the trainer's dtype, room for a trajectory and a reply, the
+    adapter's rank, the rows one rollout plays (``vllm_max_seqs`` 0), and the GPU settings of its flags."""
+    from alfrl.models import resolve_device, resolve_dtype
     dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).replace("torch.", "")
-    needed = config.max_trajectory_tokens + config.max_new_tokens
-    rank = lora_rank(policy)
-    server = VLLMServer(resolve_model(config.model), VLLMConfig(
-        dtype=dtype, max_model_len=needed, max_num_seqs=max(8, config.k * max(1, config.groups_per_batch)),
-        max_lora_rank=rank, threads=config.threads or 0, seed=config.seed), log=log).start()
+    rows = config.vllm_max_seqs or max(8, config.k * max(1, config.groups_per_batch))
+    return VLLMConfig(dtype=dtype, max_model_len=config.max_trajectory_tokens + config.max_new_tokens,
+                      max_num_seqs=rows, max_lora_rank=lora_rank(policy), threads=config.threads or 0,
+                      seed=config.seed, gpu_memory_utilization=config.vllm_gpu_memory,
+                      tensor_parallel_size=config.vllm_tensor_parallel, gpus=config.vllm_gpus)
+
+
+def start_for(policy, config, log: str | Path) -> VLLMServer | None:
+    """Start a server of ``policy``'s base model as :func:`server_config` says and attach it (``policy.engine``);
+    with ``config.vllm_url``, attach that server instead and start none (returns None)."""
+    from alfrl.models import resolve_model
+    if config.vllm_url:
+        policy.engine = VLLMEngine(config.vllm_url.rstrip("/"))
+        print(f"[alfrl.vllm] using the vllm serve at {config.vllm_url}", file=sys.stderr, flush=True)
+        return None
+    server = VLLMServer(resolve_model(config.model), server_config(policy, config), log=log).start()
     print(f"[alfrl.vllm] vllm serve answering at {server.url} (log: {server.log})", file=sys.stderr, flush=True)
     policy.engine = VLLMEngine(server.url)
     return server
-

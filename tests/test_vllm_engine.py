@@ -5,7 +5,9 @@ tests/test_vllm_real.py, which skips when the vLLM venv is absent."""
 from __future__ import annotations
 
 import json
+import os
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -155,3 +157,38 @@ def test_a_vllm_training_config_that_cannot_work_is_refused(tmp_path):
 def test_the_server_is_sized_to_the_adapters_rank(policy):
     from alfrl.vllm_engine import lora_rank
     assert lora_rank(policy) == 8  # the fixture's rank 4, rounded up to the smallest rank vLLM takes
+
+
+def test_the_servers_gpu_settings_come_from_the_training_flags(policy, tmp_path, monkeypatch):
+    """Memory share, tensor parallelism, the server's own GPUs and its rows reach the command and its environment."""
+    import alfrl.vllm_engine as engine
+    from alfrl.train import TrainConfig
+    monkeypatch.setattr(engine, "missing_reason", lambda venv=None: None)
+    config = TrainConfig(sampler="vllm", k=8, groups_per_batch=2, vllm_gpu_memory=0.9, vllm_tensor_parallel=2,
+                         vllm_gpus="2,3", init_adapter=None)
+    server = engine.VLLMServer(tmp_path, engine.server_config(policy, config), venv=tmp_path)
+    command = server.command()
+    flag = {name: command[command.index(name) + 1] for name in
+            ("--gpu-memory-utilization", "--tensor-parallel-size", "--max-num-seqs", "--max-model-len")}
+    assert flag == {"--gpu-memory-utilization": "0.9", "--tensor-parallel-size": "2", "--max-num-seqs": "16",
+                    "--max-model-len": str(config.max_trajectory_tokens + config.max_new_tokens)}
+    assert server.environment()["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert engine.server_config(policy, replace(config, vllm_max_seqs=64)).max_num_seqs == 64
+    inherited = engine.VLLMServer(tmp_path, venv=tmp_path).environment()  # no --vllm-gpus: the trainer's GPUs
+    assert inherited.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_an_external_server_is_attached_not_started(fake, policy):
+    from copy import copy
+
+    from alfrl.train import TrainConfig
+    from alfrl.vllm_engine import start_for
+    mine = copy(policy)
+    assert start_for(mine, TrainConfig(sampler="vllm", vllm_url=fake.url + "/", init_adapter=None), "unused.log") is None
+    assert mine.engine.url == fake.url
+
+
+def test_server_flags_without_vllm_are_refused():
+    from alfrl.train import TrainConfig, check_config
+    with pytest.raises(ValueError, match="add --sampler vllm"):
+        check_config(TrainConfig(vllm_url="http://gpu1:8000", init_adapter=None))
