@@ -15,6 +15,9 @@ GPU), and :class:`VLLMServer` starts ``vllm serve`` from there. What the course 
   and top-p, the distribution the token was drawn from, as :mod:`alfrl.sampler` reports them);
 - **prefix caching** on, so a turn's prompt reuses the KV blocks of the previous turn's prompt and reply:
   the server-side counterpart of the sampler's kept cache;
+- **faults survived**: a request that fails for a reason that can pass is retried (1, 2, 4, 8 s); a server
+  that stays unreachable is restarted and served the current adapter, and the request sent again with its
+  seed; the server gets SIGTERM when its trainer dies, however it dies;
 - **a new LoRA adapter after every update** under a name never used before, the previous one unloaded
   (a reused name can serve a stale adapter; never unloading creeps memory).
 
@@ -35,7 +38,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +104,24 @@ class VLLMConfig:
     seed: int = 0
 
 
+DIE_WITH_PARENT = ("import ctypes, os, signal, sys\n"
+                   "if sys.platform.startswith('linux'):\n"
+                   "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+                   "if os.getppid() != int(sys.argv[1]):\n"
+                   "    sys.exit('the process that started this one has already ended')\n"
+                   "os.execv(sys.argv[2], sys.argv[2:])\n")
+"""Run in front of the server (it ``exec``s into it, keeping its pid): on Linux, ask the kernel for SIGTERM when
+the process that started it dies, even by SIGKILL, so no server is left holding the GPU. (Done in a launcher,
+not in ``preexec_fn``, which is unsafe in a process with threads, as the trainer is.)"""
+
+
+def spawn(command: list[str], out, env: dict[str, str]) -> subprocess.Popen:
+    """Start ``command`` in its own process group (stopped as a whole by :meth:`VLLMServer.stop`), writing to
+    ``out``, told to end with the process that started it (:data:`DIE_WITH_PARENT`)."""
+    launcher = [command[0], "-c", DIE_WITH_PARENT, str(os.getpid()), *command]
+    return subprocess.Popen(launcher, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -121,6 +144,8 @@ class VLLMServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(log or self.venv / f"serve-{self.port}.log")
         self.process: subprocess.Popen | None = None
+        self.starts = 0
+        """How many times it was started (a restart appends to the same log)."""
 
     def command(self) -> list[str]:
         c = self.config
@@ -158,9 +183,9 @@ class VLLMServer:
 
     def start(self) -> "VLLMServer":
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "w") as out:
-            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
-                                            env=self.environment(), start_new_session=True)
+        with open(self.log, "a" if self.starts else "w") as out:
+            self.process = spawn(self.command(), out, self.environment())
+        self.starts += 1
         deadline = time.monotonic() + self.config.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -176,6 +201,14 @@ class VLLMServer:
         self.stop()
         raise TimeoutError(f"vllm serve did not answer within {self.config.startup_timeout:.0f} s; "
                            f"the end of its log ({self.log}):\n{self.log_tail()}")
+
+    def restart(self) -> str:
+        """Stop the server if it still runs, start a new one on a new port; its URL."""
+        self.stop()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.start()
+        return self.url
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -200,14 +233,36 @@ class VLLMServer:
         self.stop()
 
 
-def _post(url: str, body: dict, timeout: float = 600.0) -> dict | str:
+RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+"""Seconds to wait before each retry of a request that failed for a reason that can pass (no connection, a
+timeout, a 5xx answer); a 4xx answer (a bad request) is raised at once."""
+
+
+class ServerUnreachable(ConnectionError):
+    """A request failed on every retry for a reason that can pass: the server may be dead."""
+
+
+def _post(url: str, body: dict, timeout: float = 600.0, delays: tuple[float, ...] = RETRY_DELAYS) -> dict | str:
+    """POST ``body`` as JSON; the answer as JSON (or text). Transient failures are retried after each of
+    ``delays`` seconds, then raised as :class:`ServerUnreachable`."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            text = r.read().decode()
-    except urllib.error.HTTPError as e:
-        raise RuntimeError(f"vLLM answered {e.code} to {url}: {e.read().decode(errors='replace')[:2000]}") from None
+    for attempt, delay in enumerate((*delays, None)):
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                text = r.read().decode()
+            break
+        except urllib.error.HTTPError as e:
+            if e.code < 500:
+                raise RuntimeError(f"vLLM answered {e.code} to {url}: {e.read().decode(errors='replace')[:2000]}") \
+                    from None
+            reason = f"HTTP {e.code}"
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+            reason = f"{type(e).__name__}: {e}"
+        if delay is None:
+            raise ServerUnreachable(f"{url} failed {attempt + 1} times; the last: {reason}")
+        print(f"[alfrl.vllm] {url}: {reason}; retrying in {delay:g} s", file=sys.stderr, flush=True)
+        time.sleep(delay)
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -244,8 +299,14 @@ def sample_from_choice(choice: dict, stop_ids: set[int], prefilled: int) -> Samp
 class VLLMEngine:
     """A running server seen from the trainer: completions, and the adapter currently served."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, revive: Callable[[], str] | None = None, delays: tuple[float, ...] = RETRY_DELAYS):
         self.url = url.rstrip("/")
+        self.revive = revive
+        """Called when the server stopped answering: starts a new one and returns its URL (None: no restarts)."""
+        self.delays = delays
+        self.adapter_dir: str | None = None
+        """The adapter served now (re-served by a restarted server)."""
+        self._lock = threading.Lock()
         self.model = "base"
         """The name requests use: "base", or the LoRA adapter loaded last."""
         self.loaded: list[str] = []
@@ -253,15 +314,36 @@ class VLLMEngine:
         self.version: int | None = None
         """Which weights the served adapter holds (updates done), when :func:`serve_weights` loaded it."""
 
-    def load_adapter(self, directory: str | Path) -> str:
+    def load_adapter(self, directory: str | Path, post: Callable | None = None) -> str:
         """Serve the PEFT adapter in ``directory`` under a new name; unload the previous one."""
+        post = post or self._post
         name = f"alfrl-{len(self.loaded) + 1}-{uuid.uuid4().hex[:8]}"
-        _post(self.url + "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(directory).resolve())})
+        post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(Path(directory).resolve())})
         if self.model != "base":
-            _post(self.url + "/v1/unload_lora_adapter", {"lora_name": self.model})
-        self.model = name
+            post("/v1/unload_lora_adapter", {"lora_name": self.model})
+        self.model, self.adapter_dir = name, str(directory)
         self.loaded.append(name)
         return name
+
+    def _post(self, path: str, body: dict) -> dict | str:
+        """POST to the server with retries; if it stays unreachable and a ``revive`` hook is set, start a new
+        server, serve it the current adapter, and send the request once more (a completion keeps its seed, so
+        it samples what the dead server would have)."""
+        url = self.url
+        try:
+            return _post(url + path, body, delays=self.delays)
+        except ServerUnreachable:
+            if self.revive is None:
+                raise
+        with self._lock:  # the branches of a group fail together: one restart for all of them
+            if self.url == url:
+                print(f"[alfrl.vllm] {url} is not answering; starting a new server", file=sys.stderr, flush=True)
+                self.url = self.revive().rstrip("/")
+                if self.adapter_dir is not None:  # a new server serves the base model only
+                    self.model = "base"
+                    self.load_adapter(self.adapter_dir, post=lambda path, b: _post(self.url + path, b,
+                                                                                    delays=self.delays))
+        return _post(self.url + path, {**body, "model": self.model} if "model" in body else body, delays=self.delays)
 
     def served_models(self) -> list[str]:
         with urllib.request.urlopen(self.url + "/v1/models", timeout=30) as r:
@@ -270,7 +352,7 @@ class VLLMEngine:
     def complete(self, prompt: list[int], cfg: SampleConfig, stop_ids: set[int], seed: int,
                  prefilled: int | None = None) -> Sample:
         body = completion_body(prompt, cfg, stop_ids, seed, self.model)
-        answer = _post(self.url + "/v1/completions", body)
+        answer = self._post("/v1/completions", body)
         return sample_from_choice(answer["choices"][0], stop_ids, len(prompt) if prefilled is None else prefilled)
 
     def token_logprobs(self, prompt: list[int], tokens: list[int]) -> list[float]:
@@ -278,7 +360,7 @@ class VLLMEngine:
         to compare with the trainer's."""
         body = {"model": self.model, "prompt": list(prompt) + list(tokens), "max_tokens": 1,
                 "temperature": 1.0, "prompt_logprobs": 0, "return_token_ids": True}
-        choice = _post(self.url + "/v1/completions", body)["choices"][0]
+        choice = self._post("/v1/completions", body)["choices"][0]
         rows = choice["prompt_logprobs"][len(prompt):]
         return [float(row[str(t)]["logprob"]) for row, t in zip(rows, tokens)]
 
@@ -369,5 +451,5 @@ def start_for(policy, config, log: str | Path) -> VLLMServer | None:
         return None
     server = VLLMServer(resolve_model(config.model), server_config(policy, config), log=log).start()
     print(f"[alfrl.vllm] vllm serve answering at {server.url} (log: {server.log})", file=sys.stderr, flush=True)
-    policy.engine = VLLMEngine(server.url)
+    policy.engine = VLLMEngine(server.url, revive=server.restart)
     return server

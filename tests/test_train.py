@@ -116,24 +116,35 @@ def expert_vs_junk(monkeypatch):
 
 
 def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, expert_vs_junk):
-    straight = train(tiny(tmp_path / "a", tiny_games), progress=False)
+    """The scale preset's shape in tiny: step-level credit (GiGPO) and dynamic sampling over fresh games.
+    Stopped by an error after update 1, between checkpoints, the run writes update 1's checkpoint first; a kill
+    after update 2's metrics were logged but before its checkpoint leaves a line the resume drops. Resumed, it
+    logs what a straight run logs (the cursor, the RNG, Adam's state and the adapter come back)."""
+    over = dict(credit="gigpo", dynamic_sampling=True, keep_groups="spread", max_groups_per_update=2)
+    straight = train(tiny(tmp_path / "a", tiny_games, **over), progress=False)
     assert [m["step"] for m in straight] == [1, 2]
     assert all(m["optimizer_steps"] == 1 and m["degenerate_groups"] == 0 for m in straight)
     assert straight[1]["sampler_ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # sampler and trainer agree
     assert straight[1]["ratio_mean"] is None  # one step per update: the clip cannot act (REINFORCE)
+    games = [g for m in straight for g in m["games"]]
+    assert len(games) == 2 and len(set(games)) == 2  # a fresh game every update
+    assert all(0 < m["step_credit_rate"] <= m["anchored_turn_rate"] for m in straight)
+    records = read_jsonl(tmp_path / "a" / "run" / "trajectories.jsonl")
+    assert all(len(r["turn_advantages"]) == len(r["turns"]) for r in records)  # per-turn advantages trained
 
     threads, during = torch.get_num_threads(), []
 
-    def stop_after_first(history):
+    def fail_after_first(history):  # a fault between updates (a dead rollout server, say)
         during.append(torch.get_num_threads())
         if len(history) == 1:
-            raise KeyboardInterrupt
-    config = tiny(tmp_path / "b", tiny_games, threads=threads + 1)  # --threads, for this run only
-    with pytest.raises(KeyboardInterrupt):
-        train(config, progress=False, on_update=stop_after_first)
-    assert during == [threads + 1] and torch.get_num_threads() == threads  # put back, even on an interrupt
+            raise RuntimeError("the rollout server died")
+    # --threads for this run only; checkpoints every 2 updates, so the fault itself must write update 1's
+    config = tiny(tmp_path / "b", tiny_games, **over, threads=threads + 1, checkpoint_every=2)
+    with pytest.raises(RuntimeError, match="server died"):
+        train(config, progress=False, on_update=fail_after_first)
+    assert during == [threads + 1] and torch.get_num_threads() == threads  # put back, even on an error
     run = tmp_path / "b" / "run"
-    # a kill after update 2's metrics were logged but before its checkpoint: the line is dropped on resume
+    assert [c.name for c in checkpoints(run)] == ["step_00001"]
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 2, "reward": 123.0}) + "\n")
     resumed = train(resume=run, progress=False)
@@ -144,34 +155,6 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
     want = [{k: v for k, v in m.items() if k not in drop} for m in straight]
     _close(same, want)
     assert len(read_jsonl(run / "trajectories.jsonl")) == 2 * 2
-
-
-def test_a_scale_like_run_with_step_credit_resumes_exactly_on_fresh_games(tmp_path, tiny_games, expert_vs_junk):
-    """The scale preset's shape in tiny: step-level credit (GiGPO) and dynamic sampling over fresh games.
-    Stopped by an error after update 1, between checkpoints, it writes update 1's checkpoint first; resumed, it
-    logs what a straight run logs (the cursor, the RNG, Adam's state and the adapter come back), plays no game
-    twice, and its tokens got per-turn advantages."""
-    over = dict(credit="gigpo", dynamic_sampling=True, keep_groups="spread", max_groups_per_update=2, updates=2)
-    straight = train(tiny(tmp_path / "a", tiny_games, **over), progress=False)
-    games = [g for m in straight for g in m["games"]]
-    assert len(games) == 2 and len(set(games)) == 2  # a fresh game every update
-    assert all(m["optimizer_steps"] == 1 and 0 < m["step_credit_rate"] <= m["anchored_turn_rate"] for m in straight)
-    records = read_jsonl(tmp_path / "a" / "run" / "trajectories.jsonl")
-    assert all(len(r["turn_advantages"]) == len(r["turns"]) for r in records)
-
-    def fail_after_first(history):  # a fault between updates (a dead rollout server, say)
-        if len(history) == 1:
-            raise RuntimeError("the rollout server died")
-    # checkpoints every 2 updates: the fault itself must write update 1's
-    with pytest.raises(RuntimeError, match="server died"):
-        train(tiny(tmp_path / "b", tiny_games, **over, checkpoint_every=2), progress=False,
-              on_update=fail_after_first)
-    assert [c.name for c in checkpoints(tmp_path / "b" / "run")] == ["step_00001"]
-    resumed = train(resume=tmp_path / "b" / "run", progress=False)
-    drop = {"rollout_seconds", "update_seconds", "model_seconds", "env_seconds", "peak_rss_gb", "peak_gpu_gb",
-            "forward_seconds", "backward_seconds", "episodes_per_minute"}
-    _close([{k: v for k, v in m.items() if k not in drop} for m in resumed],
-           [{k: v for k, v in m.items() if k not in drop} for m in straight])
 
 
 def test_scale_preset_is_the_reference_runs_size():

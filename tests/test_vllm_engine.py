@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -24,11 +26,16 @@ class FakeVLLM(BaseHTTPRequestHandler):
 
     requests: list[tuple[str, dict]] = []
     served: set[str] = {"base"}
+    failures = 0
+    """The next this many completion requests get a 503 (an overloaded or restarting server)."""
 
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.requests.append((self.path, body))
-        if self.path == "/v1/completions":
+        if self.path == "/v1/completions" and FakeVLLM.failures > 0:
+            FakeVLLM.failures -= 1
+            self.send_error(503, "busy")
+        elif self.path == "/v1/completions":
             last = body["prompt"][-1]
             tokens = [last + 1, last + 2, 7][:body["max_tokens"]]
             choice = {"token_ids": tokens, "logprobs": {"token_logprobs": [-0.5] * len(tokens)}}
@@ -59,7 +66,7 @@ class FakeVLLM(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake():
-    FakeVLLM.requests, FakeVLLM.served = [], {"base"}
+    FakeVLLM.requests, FakeVLLM.served, FakeVLLM.failures = [], {"base"}, 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -192,3 +199,73 @@ def test_server_flags_without_vllm_are_refused():
     from alfrl.train import TrainConfig, check_config
     with pytest.raises(ValueError, match="add --sampler vllm"):
         check_config(TrainConfig(vllm_url="http://gpu1:8000", init_adapter=None))
+
+
+FAST = (0.01, 0.01)
+"""Retry delays for the tests (the engine's own are 1, 2, 4 and 8 s)."""
+
+
+def test_a_failed_request_is_retried_and_a_bad_one_is_not(fake):
+    engine = VLLMEngine(fake.url, delays=FAST)
+    FakeVLLM.failures = 2  # two 503s, then an answer: within the retries
+    sample = engine.complete([5], SampleConfig(temperature=0.6, max_new_tokens=8), STOP, seed=1)
+    assert sample.tokens == [6, 7, 7] and len([r for r in FakeVLLM.requests if r[0] == "/v1/completions"]) == 3
+    FakeVLLM.failures = 3  # one more than the retries
+    from alfrl.vllm_engine import ServerUnreachable
+    with pytest.raises(ServerUnreachable, match="failed 3 times"):
+        engine.complete([5], SampleConfig(temperature=0.6, max_new_tokens=8), STOP, seed=1)
+    engine.load_adapter("/tmp/a")
+    FakeVLLM.served.add("taken")
+    with pytest.raises(RuntimeError, match="answered 400"):  # a bad request is not retried
+        engine._post("/v1/load_lora_adapter", {"lora_name": "taken", "lora_path": "/tmp/a"})
+
+
+def test_a_dead_server_is_replaced_and_served_the_current_adapter(fake, tmp_path):
+    """The first server stops answering: the engine asks for a new one, loads the adapter it was serving under a
+    new name, and sends the completion again with the same seed."""
+    from alfrl.vllm_engine import free_port
+    restarts = []
+
+    def revive() -> str:
+        restarts.append(1)
+        return fake.url
+    engine = VLLMEngine(f"http://127.0.0.1:{free_port()}", revive=revive, delays=FAST)  # nothing listens there
+    engine.adapter_dir, engine.model = str(tmp_path), "alfrl-1-dead"
+    sample = engine.complete([5], SampleConfig(temperature=0.6, max_new_tokens=8), STOP, seed=9)
+    assert sample.tokens == [6, 7, 7] and restarts == [1] and engine.url == fake.url
+    (load, loaded), (path, completion) = FakeVLLM.requests
+    assert load == "/v1/load_lora_adapter" and loaded["lora_path"] == str(tmp_path.resolve())
+    assert path == "/v1/completions" and completion["model"] == loaded["lora_name"] == engine.model
+    assert completion["seed"] == 9
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_server_dies_with_the_process_that_started_it(tmp_path):
+    """SIGKILL the trainer (here: a process that started a stand-in server and waits): the server ends too."""
+    import signal
+    import subprocess
+    import time
+
+    starter = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        "from alfrl.vllm_engine import spawn\n"
+        "server = spawn([sys.executable, '-c', 'import time; time.sleep(300)'], subprocess.DEVNULL, dict(os.environ))\n"
+        "print(server.pid, flush=True)\n"
+        "time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)
+    server = int(starter.stdout.readline())
+    os.kill(server, 0)  # it runs
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _running(server):
+        time.sleep(0.1)
+    assert not _running(server)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie waiting to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
