@@ -6,7 +6,7 @@ Commands:
              (--agent warmstart_epoch|warmstart_expert|warmstart|grpo|PATH: the course's agent plays a held-out game)
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
-  train      GRPO-style PPO on a LoRA adapter (--preset cpu | reference; --resume RUN_DIR)
+  train      GRPO-style PPO on a LoRA adapter (--preset cpu | practice | scale | reference; --resume RUN_DIR)
   eval       success per split and task type of a model (+ adapter) on valid_seen / valid_unseen
   sft        expert warm start: fine-tune a LoRA adapter on the expert's walkthroughs
   dagger     play, let the expert label the states reached, fine-tune on them, round after round
@@ -332,69 +332,72 @@ def _add_demo(sub: argparse._SubParsersAction, cpu: TrainConfig) -> None:
     p.set_defaults(func=cmd_demo)
 
 
+CONFIG_COMMANDS = {
+    # command: (module, config class, help, description)
+    "generate": ("alfrl.generate", "GenerateConfig", "make new games offline", None),
+    "eval": ("alfrl.evaluate", "EvalConfig", "evaluate a model (+ LoRA adapter) on valid_seen / valid_unseen", None),
+    "sft": ("alfrl.sft", "SFTConfig", "expert warm start: supervised LoRA fine-tuning on expert walkthroughs", None),
+    "dagger": ("alfrl.dagger", "DaggerConfig", "DAgger: the expert labels the states the policy reaches; fine-tune on "
+               "them", "Each round: the policy plays new train games, the expert labels every state it reached, and "
+               "the adapter is fine-tuned on the expert's walkthroughs and all labels so far. --resume continues an "
+               "interrupted run."),
+    "profile": ("alfrl.practice", "ProfileConfig", "each listed game's wins out of K at the rollout temperature",
+                "Play each game K times (the cpu preset's rollouts by default) and record its wins out of K: a "
+                "difficulty profile, or the before/after evaluation of practised and control games."),
+}
+"""The commands whose flags are one dataclass config's fields (each runs ``cmd_<command>``)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """``python -m alfrl``'s commands and their flags (the dataclass configs' fields)."""
+    import importlib
+
     from alfrl.cli import add_dataclass_args
-    from alfrl.generate import GenerateConfig
-    from alfrl.train import PRESETS, TrainConfig
+    from alfrl.train import TrainConfig
 
     parser = argparse.ArgumentParser(prog="python -m alfrl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_setup_and_games(sub)
+    _add_demo(sub, TrainConfig())
+    _add_train(sub)
+    for name, (module, config, help_text, description) in CONFIG_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=description)
+        add_dataclass_args(p, getattr(importlib.import_module(module), config))
+        if name == "generate":
+            p.add_argument("--pack-dir", help="also write compact packs (<split>.jsonl.xz) here, e.g. data/packs")
+        p.set_defaults(func=globals()[f"cmd_{name}"])
+    _add_pool(sub)
+    return parser
 
+
+def _add_setup_and_games(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("setup", help="expand the committed game packs into data/games")
     p.add_argument("--data-dir", help="where to expand (default: $ALFRL_DATA_DIR or data/games)")
     p.add_argument("--force", action="store_true", help="rewrite games even if already expanded")
     p.set_defaults(func=cmd_setup)
-
     p = sub.add_parser("games", help="count games per split and task type")
     p.add_argument("--data-dir", help="games folder, or $ALFWORLD_DATA for official games")
     p.set_defaults(func=cmd_games)
 
-    _add_demo(sub, TrainConfig())
 
-    p = sub.add_parser("generate", help="make new games offline")
-    add_dataclass_args(p, GenerateConfig)
-    p.add_argument("--pack-dir", help="also write compact packs (<split>.jsonl.xz) here, e.g. data/packs")
-    p.set_defaults(func=cmd_generate)
-
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    from alfrl.cli import add_dataclass_args
+    from alfrl.train import PRESETS, TrainConfig
     p = sub.add_parser("train", help="train a LoRA adapter with group rollouts and PPO",
                        description="Train with GRPO-style advantages and a clipped PPO loss on a LoRA adapter. "
                                    "A preset sets many flags at once; flags given explicitly win.")
     p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
-                   help="cpu: the bundled small model, minutes on 2 cores; reference: the reference run's "
-                        "settings for a GPU (default: cpu)")
+                   help="cpu: the bundled small model, minutes on 2 cores; practice: its method on a fixed pool of "
+                        "8 games; scale: its method at the reference run's 5,120 episodes, hours; reference: the "
+                        "reference run's settings for a GPU (default: cpu; alfrl.train_config.PRESETS)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
                                                        "(with its saved config; --updates may raise the total)")
     add_dataclass_args(p, TrainConfig)
     p.set_defaults(func=cmd_train)
 
-    from alfrl.evaluate import EvalConfig
-    p = sub.add_parser("eval", help="evaluate a model (+ LoRA adapter) on valid_seen / valid_unseen")
-    add_dataclass_args(p, EvalConfig)
-    p.set_defaults(func=cmd_eval)
 
-    from alfrl.sft import SFTConfig
-    p = sub.add_parser("sft", help="expert warm start: supervised LoRA fine-tuning on expert walkthroughs")
-    add_dataclass_args(p, SFTConfig)
-    p.set_defaults(func=cmd_sft)
-
-    from alfrl.dagger import DaggerConfig
-    p = sub.add_parser("dagger", help="DAgger: the expert labels the states the policy reaches; fine-tune on them",
-                       description="Each round: the policy plays new train games, the expert labels every state "
-                                   "it reached, and the adapter is fine-tuned on the expert's walkthroughs and all "
-                                   "labels so far. --resume continues an interrupted run.")
-    add_dataclass_args(p, DaggerConfig)
-    p.set_defaults(func=cmd_dagger)
-
-    from alfrl.practice import ProfileConfig
-    p = sub.add_parser("profile", help="each listed game's wins out of K at the rollout temperature",
-                       description="Play each game K times (the cpu preset's rollouts by default) and record its "
-                                   "wins out of K: a difficulty profile, or the before/after evaluation of "
-                                   "practised and control games.")
-    add_dataclass_args(p, ProfileConfig)
-    p.set_defaults(func=cmd_profile)
-
+def _add_pool(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pool", help="pick practised and matched control games from a profile")
     p.add_argument("--profile", required=True, help="a profile folder or its profile.jsonl")
     p.add_argument("--out", default="data/practice/pool.json", help="the pool file to write")
@@ -403,7 +406,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--high", type=float, default=6 / 8, help="highest win rate of a pool game")
     p.add_argument("--seed", type=int, default=0, help="seeds the coin that splits each matched pair")
     p.set_defaults(func=cmd_pool)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> None:
