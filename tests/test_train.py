@@ -47,7 +47,7 @@ def test_presets_and_flags():
     assert preset("reference", k=4).k == 4 and preset("cpu").model == "bundled"
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
-    assert set(PRESETS) == {"cpu", "practice", "reference"}
+    assert set(PRESETS) == {"cpu", "practice", "scale", "reference"}
 
 
 @pytest.mark.filterwarnings("ignore:.*asks? for bfloat16 autocast")  # the note on CPUs without native bf16
