@@ -90,12 +90,11 @@ def assign_turn_advantages(group: list[Trajectory], omega: float = 1.0, invalid_
 def turn_of_token(trajectory: Trajectory) -> list[int]:
     """For every token, the turn whose reply sampled it (-1 for a token the model did not sample): the
     mask's sampled tokens in order, ``turn.sampled`` of them per turn."""
-    owners, turn, left = [], 0, None
     sizes = [turn.sampled for turn in trajectory.turns]
     if sum(sizes) != sum(trajectory.mask):
         raise ValueError(f"{trajectory.game_id} branch {trajectory.branch}: its turns sampled {sum(sizes)} tokens "
                          f"but its mask marks {sum(trajectory.mask)}; the record is damaged")
-    left = sizes[0] if sizes else 0
+    owners, turn, left = [], 0, sizes[0] if sizes else 0
     for m in trajectory.mask:
         if not m:
             owners.append(-1)

@@ -302,12 +302,18 @@ def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None
     # The adapter never trains embeddings: "auto" would look the base model up on the hub to check.
     policy.model.save_pretrained(directory, save_embedding_layers=False)
     if dtype:
-        import torch
-        from safetensors.torch import load_file, save_file
-        path = directory / "adapter_model.safetensors"
-        save_file({k: v.to(getattr(torch, dtype)) for k, v in load_file(path).items()}, path,
-                  metadata={"format": "pt"})
+        cast_adapter(directory, dtype)
     return directory
+
+
+def cast_adapter(directory: str | Path, dtype: str) -> Path:
+    """Store a saved adapter's weights in ``dtype`` ("float16", "bfloat16": half the bytes); they are cast back to
+    the model's dtype on load."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    path = Path(directory) / "adapter_model.safetensors"
+    save_file({k: v.to(getattr(torch, dtype)) for k, v in load_file(path).items()}, path, metadata={"format": "pt"})
+    return Path(directory)
 
 
 def sampling_copy(policy: Policy, dtype: str = "bfloat16") -> Policy:

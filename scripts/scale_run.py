@@ -9,10 +9,11 @@ Each arm is a run directory, ``data/scale/ARM``, trained by the course's own com
 ``python -m alfrl train --preset scale --credit ARM --run-dir data/scale/ARM --updates N`` the first time,
 ``python -m alfrl train --resume data/scale/ARM --updates N`` after that, so a stopped run (a kill, the end of a
 session) continues from its last checkpoint without losing or repeating an update. At the pre-registered
-updates (10, 20, 40, 80) the adapter is copied to ``data/scale/ARM/adapters/step_N`` for the panel
-(``scripts/scale_panel.py``), since the run keeps only its newest checkpoint. What a session commits: each
-arm's config.json, metrics.jsonl, newest checkpoint (adapter, Adam's state, cursor, RNG states) and those
-adapters; the trajectories stay out (``.gitignore``).
+updates (10, 20, 40, 80) the adapter is kept in ``data/scale/ARM/adapters/step_N`` for the panel
+(``scripts/scale_panel.py``), since the run keeps only its newest checkpoint; it is stored in float16 (4.9 MB, as
+the shipped warm starts are), small enough to commit. What can be committed: each arm's config.json, metrics.jsonl,
+plots.png and those adapters. The checkpoints (a float32 adapter and Adam's state, about 30 MB) and the
+trajectories stay out (``.gitignore``), so an arm resumes exactly only on the machine that holds its checkpoint.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 from alfrl.checkpoint import latest_checkpoint
+from alfrl.models import cast_adapter
 from alfrl.paths import REPO_ROOT
 
 ARMS = ("grpo", "gigpo")
@@ -51,12 +53,12 @@ def train_command(arm: str, until: int, threads: int) -> list[str]:
 
 
 def keep_milestone(arm: str) -> None:
-    """Copy the newest checkpoint's adapter if its update is a milestone."""
+    """Keep the newest checkpoint's adapter, in float16, if its update is a milestone."""
     checkpoint = latest_checkpoint(run_dir(arm))
     step = int(checkpoint.name.split("_")[-1])
     target = run_dir(arm) / "adapters" / f"step_{step:05d}"
     if step in MILESTONES and not target.is_dir():
-        shutil.copytree(checkpoint / "adapter", target)
+        cast_adapter(shutil.copytree(checkpoint / "adapter", target), "float16")
         print(f"[scale_run] {arm}: update {step}'s adapter kept in {target.relative_to(REPO_ROOT)}", flush=True)
 
 
