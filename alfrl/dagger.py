@@ -34,7 +34,7 @@ from alfrl.checkpoint import append_jsonl, read_jsonl
 from alfrl.expert import MAX_EXPERT_STEPS, _move_as_put
 from alfrl.label_kinds import walkthrough_kinds, weigh_branches
 from alfrl.models import BUNDLED, DEFAULT_WARM_START
-from alfrl.protocol import ChatFormat
+from alfrl.protocol import ChatFormat, policy_format
 from alfrl.scripted import tool_call
 from alfrl.sft import fit
 from alfrl.trajectory import Trajectory
@@ -345,7 +345,7 @@ def _dagger(config: DaggerConfig, out: Path, progress: bool) -> Path:
     start = str(round_dir(out, last) / "adapter") if last else config.init_adapter
     torch.manual_seed(config.seed)
     policy = load_policy(config.model, lora=start or LoraSpec(), dtype=config.dtype, device=config.device)
-    fmt = ChatFormat(policy.tokenizer)
+    fmt = policy_format(policy)
     games = load_games(config.split, config.data_dir, seed=config.seed, max_receptacles=config.max_receptacles)
     needed = config.rounds * config.games_per_round
     if len(games) < needed:

@@ -25,8 +25,9 @@ from alfrl.env import GroupEnv
 from alfrl.eval_report import SHORT_TASK_NAMES, comparison_figure, comparison_table  # noqa: F401 (re-exported)
 from alfrl.eval_stats import paired_outcomes, read_records, summarize, wilson_interval  # noqa: F401 (re-exported)
 from alfrl.games import GameSpec, check_games, load_games
-from alfrl.models import BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype, torch_threads
-from alfrl.protocol import ChatFormat
+from alfrl.models import (BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype, thinking_switch,
+                          torch_threads)
+from alfrl.protocol import policy_format
 from alfrl.rollout import RolloutConfig, rollout_games
 from alfrl.rundir import CONFIG, EVAL, Prepared, check_output_dir, prepare_output_dir, read_config
 
@@ -61,6 +62,11 @@ class EvalConfig:
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     device: str = "auto"
     """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
+    thinking: str = "auto"
+    """A reasoning model's thinking switch (``enable_thinking`` in Qwen3's template): "off" opens every reply
+    with an empty thought, so the model answers at once (short replies, 50 turns fit the token budget); "on"
+    lets it think first; "auto" keeps the template's default (Qwen3: on). A template without the switch
+    refuses on/off."""
     data_dir: str | None = None
     """Games folder: the generated games by default, or ALFWorld's json_2.1.1."""
     split: str = "all"
@@ -103,6 +109,7 @@ class EvalConfig:
         """A clear error for any setting that cannot work (before anything is loaded or written)."""
         check_fields(self, EVAL_RANGES, check_types=False)
         resolve_dtype(self.dtype, resolve_device(self.device))
+        thinking_switch(self.thinking)
 
 
 def game_record(split: str, trajectory) -> dict:
@@ -208,9 +215,10 @@ def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], o
     if not todo:  # a finished evaluation: no model to load
         return _summarize(out, selected)
     if policy is None:
-        policy = load_policy(config.model, lora=config.adapter, dtype=config.dtype, device=config.device)
+        policy = load_policy(config.model, lora=config.adapter, dtype=config.dtype, device=config.device,
+                             thinking=config.thinking)
     policy.model.eval()
-    fmt = ChatFormat(policy.tokenizer)
+    fmt = policy_format(policy)
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
                             max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                             seed=config.seed, workers=0, draft_tokens=config.draft_tokens,

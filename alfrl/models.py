@@ -178,6 +178,9 @@ class Policy:
     engine: object = None
     """A rollout engine that samples for this policy (:class:`alfrl.vllm_engine.VLLMEngine`); None: the
     built-in sampler."""
+    thinking: bool | None = None
+    """The chat template's thinking switch (``enable_thinking``, Qwen3's): False opens every reply with an empty
+    thought; None leaves the template's default (see :func:`thinking_switch`)."""
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
@@ -197,19 +200,31 @@ def _quiet_loading():
             hf_logging.enable_progress_bar()
 
 
+THINKING = ("auto", "on", "off")
+
+
+def thinking_switch(thinking: str) -> bool | None:
+    """``--thinking auto|on|off`` as the template's ``enable_thinking``: None (the template's default), True, False."""
+    if thinking not in THINKING:
+        raise ValueError(f"--thinking must be one of {', '.join(THINKING)} (got {thinking!r}): off makes a reasoning "
+                         "model (Qwen3) answer without a thought, on lets it think, auto keeps its template's default")
+    return {"auto": None, "on": True, "off": False}[thinking]
+
+
 def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype: str = "float32",
-                device: str = "cpu") -> Policy:
+                device: str = "cpu", thinking: str = "auto") -> Policy:
     """Load ``model`` with its tokenizer on ``device`` in ``dtype`` (either may be "auto", see
     :func:`resolve_device`, :func:`resolve_dtype`); attach a LoRA adapter.
 
     ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
     directory of a saved adapter (loaded trainable, to continue training), or a shipped adapter's
     name (:data:`SHIPPED`: ``"warmstart_epoch"``, ``"warmstart_expert"``, ``"warmstart"``, ``"grpo"``) for the
-    bundled model.
+    bundled model. ``thinking``: ``auto``, ``on`` or ``off``, the template's thinking switch (:func:`thinking_switch`).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
+    switch = thinking_switch(thinking)
     name = resolve_model(model)
     if lora is not None and not isinstance(lora, LoraSpec):
         check_adapter(lora, model)  # a damaged adapter fails at once, before the model loads
@@ -224,6 +239,9 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     tokenizer = load_tokenizer(model)
     if tokenizer.chat_template is None:
         raise ValueError(f"{model} has no chat template; the course needs a chat (instruct) model")
+    if switch is not None and "enable_thinking" not in tokenizer.chat_template:
+        raise ValueError(f"--thinking {thinking} needs a chat template with a thinking switch (enable_thinking, as "
+                         f"Qwen3's has); {model}'s has none: leave --thinking auto")
     if lora is None:
         net = base
     elif isinstance(lora, LoraSpec):
@@ -244,7 +262,7 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
         except (KeyError, TypeError, ValueError) as e:  # a config peft cannot use (checked keys aside)
             raise ValueError(f"could not load the LoRA adapter in {adapter} ({type(e).__name__}: {e}); "
                              f"{ADAPTER_FIX}") from None
-    return Policy(model=net, tokenizer=tokenizer, name=model)
+    return Policy(model=net, tokenizer=tokenizer, name=model, thinking=switch)
 
 
 ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or python -m alfrl sft), restore "
@@ -335,4 +353,5 @@ def sampling_copy(policy: Policy, dtype: str = "bfloat16") -> Policy:
     model = model.to(getattr(torch, dtype)).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return Policy(model=model, tokenizer=policy.tokenizer, name=f"{policy.name} (merged, {dtype}, for sampling)")
+    return Policy(model=model, tokenizer=policy.tokenizer, name=f"{policy.name} (merged, {dtype}, for sampling)",
+                  thinking=policy.thinking)

@@ -296,9 +296,15 @@ class ChatFormat:
     so no template's tokens are hard-coded.
     """
 
-    def __init__(self, tokenizer, tool_role: str = "tool"):
+    def __init__(self, tokenizer, tool_role: str = "tool", thinking: bool | None = None):
         self.tokenizer = tokenizer
         self.tool_role = tool_role
+        self.thinking = thinking
+        """Passed to the template as ``enable_thinking`` (Qwen3's switch): False opens every reply with an
+        empty thought, so the model answers at once; None leaves the template's default."""
+        if thinking is not None and "enable_thinking" not in (tokenizer.chat_template or ""):
+            raise ValueError(f"--thinking {'on' if thinking else 'off'} needs a chat template with a thinking switch "
+                             "(enable_thinking, as Qwen3's has); this model's template has none: leave --thinking auto")
         self.uses_tools = self._render(self._probe_messages()[:2], tools=[TOOL_SCHEMA]) != \
             self._render(self._probe_messages()[:2])
         self.system_prompt = SYSTEM_PROMPT_WITH_TOOLS if self.uses_tools else SYSTEM_PROMPT
@@ -311,8 +317,9 @@ class ChatFormat:
                 {"role": "assistant", "content": _PROBE}]
 
     def _render(self, messages: list[dict], generation_prompt: bool = False, tools=None) -> str:
+        switch = {} if self.thinking is None else {"enable_thinking": self.thinking}
         return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
+                                                  add_generation_prompt=generation_prompt, **switch)
 
     def tools(self):
         return [TOOL_SCHEMA] if self.uses_tools else None
@@ -346,6 +353,11 @@ class ChatFormat:
             raise TemplateError("this chat template rewrites earlier turns when a tool result is added, so "
                                 "prompts cannot grow by prefix extension; use a prefix-stable template")
         return after[len(before):]
+
+
+def policy_format(policy) -> ChatFormat:
+    """The :class:`ChatFormat` of a loaded policy, with its thinking switch (``policy.thinking``)."""
+    return ChatFormat(policy.tokenizer, thinking=getattr(policy, "thinking", None))
 
 
 def build_next_prompt(fmt: ChatFormat, prompt: list[int], completion: list[int], history: list[dict],

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from alfrl.env import NOTHING_HAPPENS, GroupEnv
 from alfrl.protocol import (BAD_FORMAT, COMPLETED, EXECUTED, NOT_ADMISSIBLE, PLAN_REQUEST, ChatFormat,
                             build_next_prompt, is_planner_turn, parse_plan, parse_reply, plan_token_count,
-                            tool_result_message)
+                            policy_format, tool_result_message)
 from alfrl.sampler import Sample, SampleConfig, new_group_session
 from alfrl.trajectory import (END_REASONS, Trajectory, Turn, load_trajectories,  # noqa: F401 (re-exported)
                               save_trajectories)
@@ -137,7 +137,7 @@ def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupE
     and ``on_turn(turn, live_branches)`` to hear after every turn (progress).
     """
     config = config or RolloutConfig()
-    fmt = fmt or ChatFormat(policy.tokenizer)
+    fmt = fmt or policy_format(policy)
     own_env = env is None
     env = env or GroupEnv(k=config.k, max_steps=config.max_steps, workers=config.workers)
     if env.k != config.k or env.max_steps != config.max_steps:
@@ -159,7 +159,7 @@ def rollout_games(policy, games: list, config: RolloutConfig | None = None, env:
     at a time with ``k=1``, up to float rounding in the batched forward pass.
     """
     config = replace(config or RolloutConfig(), k=len(games))
-    fmt = fmt or ChatFormat(policy.tokenizer)
+    fmt = fmt or policy_format(policy)
     own_env = env is None
     env = env or GroupEnv(k=config.k, max_steps=config.max_steps, workers=config.workers)
     if env.k != len(games) or env.max_steps != config.max_steps:
@@ -311,7 +311,7 @@ def rollout_batch(policy, games: list, config: RolloutConfig | None = None, prog
     whether they are played together or one at a time (up to float rounding).
     """
     config = config or RolloutConfig()
-    fmt = fmt or ChatFormat(policy.tokenizer)
+    fmt = fmt or policy_format(policy)
     per_batch = max(1, config.groups_per_batch)
     groups: list[list[Trajectory]] = []
     env = None

@@ -366,10 +366,19 @@ def lookup_draft(history: list[int], length: int, longest: int = 3) -> list[int]
     return []
 
 
-def stop_ids(tokenizer) -> set[int]:
-    """End-of-turn token ids: eos plus the usual chat end markers the vocabulary has."""
-    return {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|eot_id|>")
-                                       if t in tokenizer.get_vocab()}
+def stop_ids(tokenizer, generation_config=None) -> set[int]:
+    """End-of-turn token ids: the tokenizer's eos, the usual chat end markers the vocabulary has, and every eos
+    id of the model's generation config (Qwen3's lists ``<|im_end|>`` and ``<|endoftext|>``)."""
+    ids = {tokenizer.eos_token_id} | {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|eot_id|>")
+                                      if t in tokenizer.get_vocab()}
+    eos = getattr(generation_config, "eos_token_id", None)
+    ids |= set(eos) if isinstance(eos, (list, tuple)) else {eos}
+    return {i for i in ids if i is not None}
+
+
+def policy_stop_ids(policy) -> set[int]:
+    """:func:`stop_ids` of a loaded policy: its tokenizer and its model's generation config."""
+    return stop_ids(policy.tokenizer, getattr(policy.model, "generation_config", None))
 
 
 def pad_id(tokenizer) -> int:
@@ -378,7 +387,7 @@ def pad_id(tokenizer) -> int:
 
 def new_session(policy, seed: int = 0) -> Session:
     """A fresh session (empty cache) for one trajectory of ``policy``."""
-    return Session(policy.model, stop_ids(policy.tokenizer), seed=seed, pad_id=pad_id(policy.tokenizer))
+    return Session(policy.model, policy_stop_ids(policy), seed=seed, pad_id=pad_id(policy.tokenizer))
 
 
 def new_group_session(policy, seeds: list[int], batched: bool = True,
@@ -387,6 +396,6 @@ def new_group_session(policy, seeds: list[int], batched: bool = True,
     ("bfloat16"): read prompts and tool results under that autocast (see :mod:`alfrl.kvcache`). A policy
     with an ``engine`` (vLLM, :mod:`alfrl.vllm_engine`) samples there instead."""
     if getattr(policy, "engine", None) is not None:
-        return policy.engine.session(stop_ids(policy.tokenizer), seeds)
-    return GroupSession(policy.model, stop_ids(policy.tokenizer), seeds, pad_id(policy.tokenizer), batched=batched,
+        return policy.engine.session(policy_stop_ids(policy), seeds)
+    return GroupSession(policy.model, policy_stop_ids(policy), seeds, pad_id(policy.tokenizer), batched=batched,
                         prefill_dtype=prefill_dtype)

@@ -32,7 +32,7 @@ from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_ad
 from alfrl.ppo import _chunk_logprobs, _parts, micro_batches, sequence_logprobs
 from alfrl.precision import warn_if_slow_bf16
 from alfrl.prefix import can_share, run_prefix
-from alfrl.protocol import ChatFormat
+from alfrl.protocol import policy_format
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
 from alfrl.rundir import RUN, check_resumed_config, prepare_output_dir
 from alfrl.scripted import ScriptedSession, expert_replies, planned_expert_replies
@@ -113,7 +113,7 @@ RESUMABLE = ("out", "resume", "overwrite", "threads", "device", "checkpoint_ever
 
 def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool = True) -> list[Trajectory]:
     """Each game's walkthrough played through the real env and rollout code, as trajectories."""
-    fmt = ChatFormat(policy.tokenizer)
+    fmt = policy_format(policy)
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
                             max_new_tokens=10_000, workers=0, plan_every=config.plan_every)
     out = []

@@ -78,7 +78,7 @@ def load_for_training(config: TrainConfig, adapter: str | None = None):
     torch.manual_seed(config.seed)  # a fresh adapter's initial weights
     init = config.init_adapter if config.init_adapter not in (None, "", "none") else None
     lora = adapter or init or LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha)
-    return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device)
+    return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device, thinking=config.thinking)
 
 
 def _saved_config(run_dir: Path, updates: int | None) -> TrainConfig:

@@ -31,6 +31,11 @@ class TrainConfig:
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     device: str = "auto"
     """"auto" (a CUDA GPU if there is one, else Apple's mps, else the CPU), or "cpu", "cuda", "cuda:1", "mps"."""
+    thinking: str = "auto"
+    """A reasoning model's thinking switch (``enable_thinking`` in Qwen3's template): "off" opens every reply
+    with an empty thought, so the model answers at once (short replies, 50 turns fit the token budget); "on"
+    lets it think first; "auto" keeps the template's default (Qwen3: on). A template without the switch
+    refuses on/off."""
     init_adapter: str | None = DEFAULT_WARM_START
     """Start from a saved LoRA adapter instead of a fresh one: a folder, or one shipped for the bundled
     model: "warmstart_epoch" (the default warm start, expert SFT on 1,030 walkthroughs), "warmstart_expert" (its
@@ -323,9 +328,10 @@ def check_config(config: TrainConfig) -> None:
     """A clear error for any setting that cannot work: types, ranges, device and dtype, a local model
     folder, the initial adapter. :func:`alfrl.train.train` calls it before it makes a run directory or
     loads a model, so a failed start leaves nothing behind."""
-    from alfrl.models import check_adapter, resolve_device, resolve_dtype, resolve_model
+    from alfrl.models import check_adapter, resolve_device, resolve_dtype, resolve_model, thinking_switch
 
     check_fields(config, TRAIN_RANGES)
+    thinking_switch(config.thinking)
     if config.eval_split not in ("valid_seen", "valid_unseen", "all"):
         raise ValueError(f"--eval-split must be valid_seen, valid_unseen or all (got {config.eval_split!r}): "
                          "evaluation plays held-out games")

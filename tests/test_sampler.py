@@ -218,3 +218,23 @@ def test_each_sampled_token_carries_the_entropy_of_its_distribution(policy, fmt)
         logp = torch.log_softmax(logits[len(prompt) - 1 + i] / 0.7, dim=-1)
         expected = float(-(logp.exp() * logp).sum())
         assert math.isclose(sample.entropies[i], expected, rel_tol=1e-3, abs_tol=1e-4)
+
+
+def test_every_eos_of_the_generation_config_stops_a_reply(policy, fmt, monkeypatch):
+    """Qwen3's generation config lists two end tokens (``<|im_end|>`` and ``<|endoftext|>``): the sampler stops on
+    each. Here the token the model says first becomes a second eos, and the reply ends right after it."""
+    from transformers import GenerationConfig
+
+    from alfrl.sampler import policy_stop_ids, stop_ids
+    eos = policy.tokenizer.eos_token_id
+    assert stop_ids(policy.tokenizer, GenerationConfig(eos_token_id=[eos, 7])) == {eos, 7}
+    assert stop_ids(policy.tokenizer, GenerationConfig(eos_token_id=eos)) == stop_ids(policy.tokenizer) == {eos}
+    prompt = fmt.initial_prompt(TASK, OBS, ACTIONS)
+    greedy = SampleConfig(temperature=0, max_new_tokens=20)
+    first = new_session(policy).sample(prompt, greedy).tokens[0]
+    assert first != eos
+    monkeypatch.setattr(policy.model.generation_config, "eos_token_id", [eos, first])
+    assert policy_stop_ids(policy) == {eos, first}
+    replies = [new_session(policy).sample(prompt, greedy),
+               *new_group_session(policy, [0, 1]).sample({0: prompt, 1: prompt}, greedy).values()]
+    assert [(r.tokens, r.stopped_on) for r in replies] == [([first], "eos")] * 3
