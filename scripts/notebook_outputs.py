@@ -6,7 +6,8 @@ commit, and says what is wrong with a committed one.
     .venv/bin/python scripts/notebook_outputs.py                # check the committed ones (the test does too)
 
 lean(): drops papermill's and the widgets' metadata (a widget needs a live kernel; its text fallback
-stays), keeps only the last state of every progress bar (a stream's carriage returns), writes paths
+stays), keeps only the last state of every progress bar (a stream's carriage returns) and drops a
+progress widget's text fallback (its first state, a bar frozen at 0%, which no page would update), writes paths
 under the repository relative to it, and stamps every code cell with a hash of its source, so a cell
 edited after the run is caught. problems(): cells not executed or edited since, error outputs,
 absolute paths, and the size limits.
@@ -28,6 +29,9 @@ MAX_TOTAL_BYTES = 8_000_000
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/(?:home|root|tmp|work|Users|private|var/folders|opt|mnt)/[\w.-]")
 """An absolute path on someone's machine (a learner's would differ): what an output must not show."""
 WIDGET = "application/vnd.jupyter.widget-view+json"
+FROZEN_BAR = re.compile(r"^[^\n]*\d+%\|[^\n]*\| *\d+/\d+ \[[^\n]*\]$")
+"""A tqdm bar as text (``desc:   0%|          | 0/8 [00:00<?, ?game/s]``): in a display output, the text
+fallback of a progress widget, stored in the state it was created in."""
 
 
 def source_hash(source: str) -> str:
@@ -61,7 +65,7 @@ def lean(nb: nbformat.NotebookNode, root: Path = ROOT) -> nbformat.NotebookNode:
                 output.text = _relative(_last_frames(output.text), root)
             elif output.output_type in ("display_data", "execute_result"):
                 output.data.pop(WIDGET, None)
-                if not output.data:
+                if not output.data or FROZEN_BAR.match(output.data.get("text/plain", "")) and len(output.data) == 1:
                     continue
                 for mime in ("text/plain", "text/html", "text/markdown"):
                     if mime in output.data:

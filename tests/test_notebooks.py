@@ -96,7 +96,7 @@ def test_the_committed_notebooks_fit_their_size_budget():
 
 def test_lean_keeps_what_a_page_shows_and_drops_the_machine(tmp_path):
     """An executed notebook made lean: a progress bar's last state, paths relative to the repository,
-    a widget's text fallback without its model, every code cell stamped; problems() then finds nothing,
+    a widget's text fallback without its model (and none for a progress widget, frozen at 0%), every code cell stamped; problems() then finds nothing,
     and finds an edit, an error and an absolute path."""
     outputs = _outputs()
     root = tmp_path / "repo"
@@ -107,13 +107,16 @@ def test_lean_keeps_what_a_page_shows_and_drops_the_machine(tmp_path):
     code.outputs = [nbformat.v4.new_output("stream", name="stderr", text="bar 10%\rbar 50%\rbar 100%\ndone\n"),
                     nbformat.v4.new_output("stream", name="stdout", text=f"wrote {root}/runs/x.json\n"),
                     nbformat.v4.new_output("display_data", data={outputs.WIDGET: {"model_id": "m"},
-                                                                  "text/plain": "Tab(...)"})]
+                                                                  "text/plain": "Tab(...)"}),
+                    nbformat.v4.new_output("display_data", data={  # a tqdm widget, stored as created
+                        outputs.WIDGET: {"model_id": "b"}, "text/plain": "eval valid_unseen:   0%|          | 0/8 "
+                                                                           "[00:00<?, ?game/s]"})]
     nb.cells = [nbformat.v4.new_markdown_cell("# t"), code]
     lean = outputs.lean(nb, root)
     assert "papermill" not in lean.metadata and "widgets" not in lean.metadata
     assert set(code.metadata) == {"alfrl_source"}
     assert [o.get("text") for o in code.outputs[:2]] == ["bar 100%\ndone\n", "wrote runs/x.json\n"]
-    assert code.outputs[2].data == {"text/plain": "Tab(...)"}
+    assert code.outputs[2].data == {"text/plain": "Tab(...)"} and len(code.outputs) == 3  # no frozen bar
     path = tmp_path / "nb.ipynb"
     nbformat.write(lean, path)
     assert outputs.problems(path) == []
