@@ -139,7 +139,8 @@ def test_next_prompt_stub_fails(capsys, fmt):
 # --- the notebook holds each exercise: a stub the learner fills in, then the check call ------------------
 
 @pytest.mark.parametrize("function,check", [("reply_tokens", "check_reply_tokens"),
-                                            ("next_prompt", "check_next_prompt")])
+                                            ("next_prompt", "check_next_prompt"),
+                                            ("expert_nll", "check_expert_nll")])
 def test_notebook_has_exercise(function, check):
     cells = [c.source for c in nbformat.read(NOTEBOOKS / "02_tool_protocol.ipynb", as_version=4).cells
              if c.cell_type == "code"]
@@ -148,3 +149,43 @@ def test_notebook_has_exercise(function, check):
             and f"{check}({function}" in s]
     assert len(stub) == 1, f"02 needs one code cell with the stub of {function}"
     assert len(call) == 1 and call[0] == stub[0] + 1, f"the cell after {function}'s stub calls {check}"
+
+
+def test_expert_nll_solution_passes(capsys):
+    assert checks.check_expert_nll(solutions.expert_nll) is True
+    assert "✓" in capsys.readouterr().out
+
+
+def test_expert_nll_unfinished_fails(capsys):
+    assert checks.check_expert_nll(_stub) is False
+    assert "not written yet" in capsys.readouterr().out
+
+
+def _nll_by(**mistake):
+    return lambda logits, tokens, mask: checks._nll(logits, tokens, mask, **mistake)
+
+
+@pytest.mark.parametrize("wrong,message", [(_nll_by(shift=False), "predict token t + 1"),
+                                           (_nll_by(masked=False), "reply tokens only"),
+                                           (_nll_by(mean=False), "a mean, not a sum"),
+                                           (lambda lg, t, m: -checks._nll(lg, t, m), "NEGATIVE"),
+                                           (lambda lg, t, m: checks._nll(lg.detach(), t, m), "no gradient")])
+def test_expert_nll_mistakes_are_named(wrong, message, capsys):
+    assert checks.check_expert_nll(wrong) is False
+    assert message in capsys.readouterr().out
+
+
+def test_expert_nll_solution_is_alfrl_sft_on_a_real_expert_trajectory(policy):
+    """The solution, on the bundled model's logits for a real expert trajectory, is alfrl.sft.nll_loss."""
+    import torch
+
+    from alfrl.games import load_games
+    from alfrl.sft import SFTConfig, expert_trajectories, nll_loss
+    game = min(load_games("train")[:20], key=lambda g: len(g.walkthrough))
+    (trajectory,) = expert_trajectories(policy, [game], SFTConfig(max_steps=10), progress=False)
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([trajectory.tokens])).logits[0]
+        mine = float(solutions.expert_nll(logits, trajectory.tokens, trajectory.mask))
+    theirs, tokens = nll_loss(policy.model, [trajectory], backward=False)
+    assert tokens == sum(trajectory.mask) > 0
+    assert abs(mine - theirs) < 1e-4

@@ -4,6 +4,8 @@
   end-of-turn token (what the expert warm start teaches the model to write).
 - :func:`check_next_prompt`: turn t+1's prompt built from turn t's by prefix extension, token for token
   as :func:`alfrl.protocol.build_next_prompt` builds it.
+- :func:`check_expert_nll`: the imitation loss, the mean negative log-likelihood of the expert's reply tokens
+  (mask 1), as :func:`alfrl.sft.nll_loss` computes it (checked on random logits, no model loaded).
 
 Both use the bundled model's tokenizer (or the ``fmt`` passed in). Every check prints what is wrong,
 or ✓, returns a bool, and never raises.
@@ -165,3 +167,57 @@ def check_next_prompt(fn: Callable, fmt=None, split: str = "valid_seen", data_di
                         + (" (the end-of-turn token twice: a reply that stopped on it already holds it)"
                            if twice else ""))
     return verdict(problems, f"{len(cases)} turns extended token for token as build_next_prompt does")
+
+
+def _nll_case(seed: int):
+    """Random logits over a 13-token vocabulary for a 12-token sequence whose mask marks two replies."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(12, 13, generator=gen) * 2
+    tokens = torch.randint(0, 13, (12,), generator=gen)
+    mask = torch.tensor([0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0][::1 if seed % 2 == 0 else -1])
+    return logits, tokens, mask
+
+
+def _nll(logits, tokens, mask, shift: bool = True, masked: bool = True, mean: bool = True):
+    """The expert tokens' negative log-likelihood, and the classic mistakes (shift, mask, mean off)."""
+    import torch
+    logp = torch.log_softmax(logits, dim=-1)
+    if shift:  # the logits at position t predict token t + 1
+        picked, m = logp[:-1].gather(-1, tokens[1:, None])[:, 0], mask[1:].float()
+    else:
+        picked, m = logp.gather(-1, tokens[:, None])[:, 0], mask.float()
+    if not masked:
+        m = torch.ones_like(m)
+    return -(picked * m).sum() / (m.sum() if mean else 1)
+
+
+def check_expert_nll(expert_nll: Callable) -> bool:
+    """``expert_nll(logits, tokens, mask)``: the mean negative log-likelihood of the tokens with mask 1 (the
+    expert's reply tokens), each predicted by the logits one position before it; as ``alfrl.sft.nll_loss``."""
+    import torch
+    hints = [(dict(shift=False), "the logits at position t predict token t + 1: score token t with logits[t - 1] "
+              "(logits[:-1] against tokens[1:] and mask[1:])"),
+             (dict(masked=False), "average over the expert's reply tokens only (mask 1), not over every token"),
+             (dict(mean=False), "divide by the number of reply tokens: the loss is a mean, not a sum"),
+             (dict(shift=False, masked=False), "score token t with logits[t - 1], and only where mask is 1")]
+    problems = []
+    for seed in range(3):
+        logits, tokens, mask = _nll_case(seed)
+        leaf = logits.clone().requires_grad_(True)
+        got, problem = attempt(expert_nll, leaf, tokens.clone(), mask.clone())
+        if problem:
+            return verdict([problem], "")
+        if not isinstance(got, torch.Tensor) or got.numel() != 1:
+            return verdict([f"return the loss as a one-number tensor, not {type(got).__name__}"], "")
+        expected = float(_nll(logits, tokens, mask))
+        value = float(got.detach())
+        if abs(value - expected) > 1e-5:
+            if abs(value + expected) < 1e-5:
+                return verdict(["the sign: the loss is the NEGATIVE log-likelihood (minus the mean logprob)"], "")
+            wrong = [hint for kwargs, hint in hints if abs(value - float(_nll(logits, tokens, mask, **kwargs))) < 1e-5]
+            return verdict([wrong[0] if wrong else f"seed {seed}: your loss is {value:.5f}, expected {expected:.5f}"], "")
+        if not got.requires_grad:
+            problems.append("the loss has no gradient: compute it with torch operations from the logits")
+            break
+    return verdict(problems, "expert_nll is the mean negative log-likelihood of the reply tokens, as alfrl.sft's")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 
 def reply_tokens(fmt, action: str) -> list[int]:
     """The token ids a model samples to play ``action``: one tool call, then the end-of-turn token."""
@@ -20,3 +22,11 @@ def next_prompt(fmt, prompt: list[int], completion: list[int], history: list[dic
         closing = closing[1:]
     tool_turn = fmt.encode(fmt.tool_turn(history, tool_content))  # the tool result + the next generation prompt
     return list(prompt) + list(completion) + closing + tool_turn
+
+
+def expert_nll(logits, tokens, mask):
+    """Mean negative log-likelihood of the tokens with mask 1; the logits at position t predict token t + 1."""
+    logp = torch.log_softmax(logits[:-1].float(), dim=-1)
+    picked = logp.gather(-1, torch.as_tensor(tokens)[1:, None])[:, 0]
+    target = torch.as_tensor(mask)[1:].to(picked.dtype)
+    return -(picked * target).sum() / target.sum()
