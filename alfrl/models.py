@@ -15,6 +15,7 @@ from pathlib import Path
 
 from alfrl.bundled import BUNDLED, bundled_model_dir, cache_dir  # noqa: F401 (re-exported)
 from alfrl.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, WARM_START_DIR
+from alfrl.protocol import check_thinking_switch
 
 # transformers v5 renamed gradient checkpointing to activation checkpointing; peft (and the v4 names
 # this course keeps, which work on both) trigger its deprecation warnings: not the learner's business.
@@ -239,9 +240,7 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     tokenizer = load_tokenizer(model)
     if tokenizer.chat_template is None:
         raise ValueError(f"{model} has no chat template; the course needs a chat (instruct) model")
-    if switch is not None and "enable_thinking" not in tokenizer.chat_template:
-        raise ValueError(f"--thinking {thinking} needs a chat template with a thinking switch (enable_thinking, as "
-                         f"Qwen3's has); {model}'s has none: leave --thinking auto")
+    check_thinking_switch(tokenizer.chat_template, switch)  # before the adapter loads
     if lora is None:
         net = base
     elif isinstance(lora, LoraSpec):

@@ -287,6 +287,13 @@ and drop an empty or missing block once a tool result follows; a reply with a no
 shown with it either way."""
 
 
+def check_thinking_switch(chat_template: str | None, thinking: bool | None) -> None:
+    """A clear error when ``thinking`` is set (on or off) but the template has no ``enable_thinking`` switch."""
+    if thinking is not None and "enable_thinking" not in (chat_template or ""):
+        raise ValueError(f"--thinking {'on' if thinking else 'off'} needs a chat template with a thinking switch "
+                         "(enable_thinking, as Qwen3's has); this model's template has none: leave --thinking auto")
+
+
 class ChatFormat:
     """What a model's chat template puts around turns, derived from the template itself.
 
@@ -302,9 +309,7 @@ class ChatFormat:
         self.thinking = thinking
         """Passed to the template as ``enable_thinking`` (Qwen3's switch): False opens every reply with an
         empty thought, so the model answers at once; None leaves the template's default."""
-        if thinking is not None and "enable_thinking" not in (tokenizer.chat_template or ""):
-            raise ValueError(f"--thinking {'on' if thinking else 'off'} needs a chat template with a thinking switch "
-                             "(enable_thinking, as Qwen3's has); this model's template has none: leave --thinking auto")
+        check_thinking_switch(tokenizer.chat_template, thinking)
         self.uses_tools = self._render(self._probe_messages()[:2], tools=[TOOL_SCHEMA]) != \
             self._render(self._probe_messages()[:2])
         self.system_prompt = SYSTEM_PROMPT_WITH_TOOLS if self.uses_tools else SYSTEM_PROMPT
