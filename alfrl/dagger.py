@@ -18,7 +18,7 @@ share its history, so the fine-tune runs the episode once and each expert reply 
 fine-tunes round after round (``--resume`` continues an interrupted run), writing
 ``OUT/round_NN/adapter`` and one line per round to ``OUT/metrics.jsonl``.
 
-Taught in notebook 06 (why imitating an expert is not enough).
+Taught in notebook 02 (why imitating an expert is not enough, in its imitation section).
 """
 
 from __future__ import annotations

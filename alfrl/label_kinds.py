@@ -8,7 +8,7 @@ object is the task's, are drowned by searching. ``python -m alfrl dagger --weigh
 label by its kind's share of the walkthroughs over its share of those labels (:func:`kind_weights`), so in the
 loss every kind weighs what it weighs when the expert plays.
 
-Taught in notebook 06 (why imitating an expert is not enough).
+Taught in notebook 02 (why imitating an expert is not enough, in its imitation section).
 """
 
 from __future__ import annotations

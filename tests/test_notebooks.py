@@ -24,10 +24,10 @@ NOTEBOOKS = [
                                "interactive": False, "timing_steps": 5}),
     ("02_tool_protocol.ipynb", {"model": "bundled", "data_dir": None, "split": "valid_seen", "game_index": 0,
                                 "turns": 3, "max_new_tokens": 24}),
-    ("03_group_rollouts.ipynb", {"model": "bundled", "adapter": "warmstart", "data_dir": None, "split": "train",
+    ("03_group_rollouts.ipynb", {"model": "bundled", "adapter": "warmstart_epoch", "data_dir": None, "split": "train",
                                  "k": 2, "max_steps": 2, "max_new_tokens": 8, "inline_turns": 1, "workers": 2,
                                  "compare_one_by_one": False}),
-    ("04_advantages_masks.ipynb", {"model": "bundled", "adapter": "warmstart", "interactive": False}),
+    ("04_advantages_masks.ipynb", {"model": "bundled", "adapter": "warmstart_epoch", "interactive": False}),
     ("05_ppo_loop.ipynb", {"train": True, "preset": "cpu", "run_dir": TMP_RUN_DIR, "split": "valid_seen", "updates": 1,
                            "dynamic_sampling": False,
                            "games_per_update": 1, "k": 2, "max_steps": 1, "max_new_tokens": 8, "workers": 0,
@@ -313,17 +313,25 @@ def test_nb04_step_credit_by_hand_is_alfrl_gigpo():
         assert mine == pytest.approx(theirs)
 
 
-# --- 05_ppo_loop: its exercises (the clipped loss, which tokens stop pulling) are checked against
-# alfrl.ppo in tests/test_exercises_nb05.py; the loop written out is alfrl.train's first update -------
+# --- 05_ppo_loop: its exercises (the clipped loss, which tokens stop pulling, LoRALinear, the step) are
+# checked against alfrl.ppo and peft in tests/test_exercises_nb05.py; the loop written out, with the worked
+# step, is alfrl.train's first update (the notebook's own run checks the package's step in the loop) ----
 
 def test_nb05_train_by_hand_is_alfrl_trains_first_update(tmp_path):
-    """The outer loop the learner reads (play, reward, advantage, clipped loss, step) and alfrl.train,
-    from the same config in float32: the same games and seeds, so the same wins, loss and gradient norm."""
+    """The outer loop the learner reads (play, reward, advantage) with the worked policy_gradient_step, and
+    alfrl.train, from the same config in float32: the same games and seeds, so the same wins, loss and
+    gradient norm."""
+    import sys
+
     import torch
 
     import alfrl.train
 
-    train_by_hand = notebook_definitions("05_ppo_loop.ipynb", "train_by_hand", {"torch": torch})["train_by_hand"]
+    sys.path.insert(0, str(NOTEBOOK_DIR))
+    from solutions.nb05 import policy_gradient_step
+
+    train_by_hand = notebook_definitions("05_ppo_loop.ipynb", "train_by_hand", {
+        "torch": torch, "my_step_works": True, "policy_gradient_step": policy_gradient_step})["train_by_hand"]
     config = alfrl.train.preset("practice", run_dir=str(tmp_path / "run"), games_per_update=1, k=4, max_steps=6,
                                 updates=1, bf16=False, log="none", seed=0)  # its first group: 1 win, 3 losses
     by_hand = train_by_hand(config, 1)[0]
