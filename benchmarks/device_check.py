@@ -1,22 +1,28 @@
 """The GPU path, checked on a GPU machine in one run of a few minutes, offline, with nothing to download.
 
-    python benchmarks/device_check.py --out device_check.json      # on a machine with a CUDA GPU
-    python benchmarks/device_check.py --out dry.json --dry-run     # on a CPU: the same checks, smaller
+    python benchmarks/device_check.py --out device_check.json          # on a machine with a CUDA GPU
+    python benchmarks/device_check.py --out dry.json --dry-run         # on a CPU: the same checks, smaller
+    python benchmarks/device_check.py --only update_4b,rollout_4b      # some of them
 
-No model weights are needed: every model is built from a config with random weights (a tiny
-Qwen3-architecture model, and Qwen3-4B's real shape for the timings), so the checks run where only
-this repository can be copied. What it checks, each with its numbers and ``ok`` in the JSON report:
+No model weights are needed: every model is built from a config with random weights (a tiny Qwen3, and
+Qwen3-4B's real shape for the scale checks), so the checks run where only this repository and its packages
+are. Each check reports its numbers and ``ok``; the JSON report is rewritten after every check:
 
 1. ``attention``: the sampler's grouped-query attention (:func:`alfrl.attention.gqa_sdpa`) against an
    eager float32 reference, Qwen3-4B's heads (32 query, 8 key/value, dim 128), a mask with holes, for
    1 and 300 query tokens against 12,288 cached columns (2,048 in a dry run), float32 and bfloat16;
 2. ``batched_greedy``: greedy replies of 4 branches decoded in one batch (with holes in the cache)
    equal the replies each branch gets alone (:class:`alfrl.sampler.GroupSession`), tiny Qwen3, float32;
-3. ``ppo_step``: one :func:`alfrl.ppo.ppo_step` with a bfloat16 base and a float32 LoRA adapter, gradient
-   checkpointing off and on: a finite loss, a gradient, LoRA weights that move, the same loss both ways;
-4. ``decode_4b`` (CUDA only): a random Qwen3-4B in bfloat16 samples 64 tokens after a 1,024-token prompt
-   for 8, 32 and 64 rows through the course's sampler: seconds, sampled tokens/s, peak memory;
-5. peak GPU memory of each check (``torch.cuda.max_memory_allocated``).
+3. ``ppo_gradients``: one :func:`alfrl.ppo.ppo_step` with a bfloat16 base and a float32 LoRA adapter on all
+   seven projections: its LoRA gradients with gradient checkpointing on and off (cosine > 0.9999) and
+   against a float32 copy of the same weights (cosine > 0.99); with truncated importance sampling at cap 2
+   acting on half the tokens, the loss equals the one computed by hand;
+4. ``train_resume``: ``alfrl.train`` for 2 updates with a tiny random Qwen3 model folder and the bundled
+   tokenizer, and the same run stopped after update 1 and resumed: the same log;
+5. ``update_4b`` and ``rollout_4b`` (:mod:`device_check_scale`): the reference preset's update on a random
+   Qwen3-4B with rank-32 LoRA over 12K- and 6K-token trajectories, and an 8-branch rollout grown to about
+   11.5K columns through uneven turns, PEFT against merged weights: seconds, tokens/s, peak memory (on a
+   CPU only in a dry run, on a small shape).
 
 Exit code 0 when every check that ran is ok, 1 otherwise.
 """
@@ -110,109 +116,145 @@ def check_batched_greedy(device: torch.device) -> dict:
     return {"branches": 4, "turns": 2, "tokens_per_reply": 16, "equal": same, "ok": same}
 
 
-def check_ppo_step(device: torch.device) -> dict:
+def _tiny_lora(device: torch.device, dtype: torch.dtype):
+    """The tiny Qwen3 in ``dtype`` with a float32 rank-4 LoRA on all seven projections, B moved off zero (so the
+    gradient reaches A too). The same random weights for every dtype."""
     from peft import LoraConfig, get_peft_model
 
-    from alfrl.models import Policy
-    from alfrl.ppo import PPOConfig, make_optimizer, ppo_step, sequence_logprobs
-    from alfrl.trajectory import Trajectory
+    from device_check_scale import SEVEN
 
-    runs = {}
-    for checkpointing in (False, True):
-        base = qwen3(TINY_QWEN3, device, torch.bfloat16)
-        model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
-                                                task_type="CAUSAL_LM"))
-        lora_dtypes = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad})
-        torch.manual_seed(3)
-        for name, p in model.named_parameters():  # LoRA B starts at 0: move it so the gradient reaches A too
+    model = get_peft_model(qwen3(TINY_QWEN3, device, dtype), LoraConfig(r=4, lora_alpha=8, target_modules=SEVEN,
+                                                                       task_type="CAUSAL_LM"))
+    torch.manual_seed(3)
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            p.data = p.data.float()
             if "lora_B" in name:
                 p.data.normal_(0, 0.02)
-        trajectories = []
-        for i, advantage in enumerate((1.0, -0.5)):  # a loss of -0.25 at ratio 1
-            tokens = torch.randint(1, 512, (300,), generator=torch.Generator().manual_seed(10 + i)).tolist()
-            mask = [0] * 200 + [1] * 100
-            with torch.no_grad():
-                logp = sequence_logprobs(model, [tokens])[0].float().tolist()
-            trajectories.append(Trajectory(game_id="g", task_type="t", branch=i, seed=i, tokens=tokens, mask=mask,
-                                           logprobs=[lp * m for lp, m in zip(logp, mask)], turns=[], won=advantage > 0,
-                                           steps=1, invalid=0, end_reason="won", prompt_tokens=200, prefilled=0,
-                                           sampled=100, model_seconds=0.0, env_seconds=0.0, advantage=advantage))
-        config = PPOConfig(lr=1e-3, gradient_checkpointing=checkpointing)
-        before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-        reset_peak(device)
-        metrics = ppo_step(Policy(model=model, tokenizer=None, name="tiny-qwen3"), make_optimizer(
-            Policy(model=model, tokenizer=None, name="tiny-qwen3"), config), trajectories, config, own_old=True)
-        moved = max(float((p.detach() - before[n]).abs().max()) for n, p in model.named_parameters() if p.requires_grad)
-        runs["on" if checkpointing else "off"] = {
-            "loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "lora_max_change": moved,
-            "lora_dtypes": lora_dtypes, "sampler_abs_logprob_diff": metrics.get("sampler_abs_logprob_diff"), "peak_gpu_gb": peak_gb(device)}
-    off, on = runs["off"], runs["on"]
-    finite = all(torch.isfinite(torch.tensor([r["loss"], r["grad_norm"]])).all() for r in runs.values())
-    ok = (finite and all(r["grad_norm"] > 0 and r["lora_max_change"] > 0 for r in runs.values())
-          and abs(off["loss"] - on["loss"]) <= 1e-3 * max(1.0, abs(off["loss"]))
-          and all(d == ["torch.float32"] for d in (off["lora_dtypes"], on["lora_dtypes"])))
-    return {"gradient_checkpointing": runs, "ok": bool(ok)}
+    return model
 
 
-def check_decode_4b(device: torch.device, rows_list=(8, 32, 64), prompt: int = 1024, new: int = 64) -> dict:
-    from alfrl.sampler import GroupSession, SampleConfig
+SAMPLER_SHIFT = (-1.0, 0.3)
+"""The sampler's logprobs, the trainer's minus these: the first trajectory's tokens get a TIS weight of e = 2.7
+(capped at 2), the second's e^-0.3 = 0.74."""
 
-    tick = time.perf_counter()
-    model = qwen3(QWEN3_4B, device, torch.bfloat16)
-    built = time.perf_counter() - tick
-    g = torch.Generator().manual_seed(4)
-    timings = []
-    for rows in rows_list:
-        prompts = {b: torch.randint(1, 150_000, (prompt,), generator=g).tolist() for b in range(rows)}
-        session = GroupSession(model, stop_ids=set(), seeds=list(range(rows)), pad_id=0)
-        reset_peak(device)
-        torch.cuda.synchronize(device)
-        tick = time.perf_counter()
-        samples = session.sample(prompts, SampleConfig(temperature=1.0, max_new_tokens=new))
-        torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - tick
-        sampled = sum(len(s.tokens) for s in samples.values())
-        timings.append({"rows": rows, "prompt_tokens": prompt, "new_tokens": new, "seconds": seconds,
-                        "sampled_tokens_per_s": sampled / seconds, "peak_gpu_gb": peak_gb(device)})
-        del session, samples
-        torch.cuda.empty_cache()
-    return {"parameters_b": sum(p.numel() for p in model.parameters()) / 1e9, "build_seconds": built,
-            "timings": timings, "ok": True}
+
+def _gradients(model, config, device: torch.device) -> tuple[dict, dict, dict]:
+    """One ppo_step on two 300-token trajectories (advantages +1 and -0.5): (metrics, LoRA gradients, the
+    trainer's logprobs of the sampled tokens)."""
+    from alfrl.models import Policy
+    from alfrl.ppo import make_optimizer, ppo_step, sequence_logprobs
+    from alfrl.trajectory import Trajectory
+
+    trajectories, trainer = [], {}
+    for i, (advantage, shift) in enumerate(zip((1.0, -0.5), SAMPLER_SHIFT)):
+        tokens = torch.randint(1, TINY_QWEN3["vocab_size"], (300,), generator=torch.Generator().manual_seed(10 + i)).tolist()
+        mask = [0] * 200 + [1] * 100
+        with torch.no_grad():
+            logp = sequence_logprobs(model, [tokens], masks=[mask])[0].float().cpu()
+        trainer[i] = logp[torch.tensor(mask, dtype=torch.bool)]
+        trajectories.append(Trajectory(game_id="g", task_type="t", branch=i, seed=i, tokens=tokens, mask=mask,
+                                       logprobs=[(float(lp) + shift) * m for lp, m in zip(logp, mask)], turns=[],
+                                       won=advantage > 0, steps=1, invalid=0, end_reason="won", prompt_tokens=200,
+                                       prefilled=0, sampled=100, model_seconds=0.0, env_seconds=0.0,
+                                       advantage=advantage))
+    policy = Policy(model=model, tokenizer=None, name="tiny-qwen3")
+    reset_peak(device)
+    metrics = ppo_step(policy, make_optimizer(policy, config), trajectories, config, own_old=True)
+    metrics["peak_gpu_gb"] = peak_gb(device)
+    grads = {n: p.grad.detach().float().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return metrics, grads, trainer
+
+
+def _agreement(a: dict, b: dict) -> dict:
+    """How alike two sets of gradients are: cosine of the flattened vectors, largest difference relative to b's largest."""
+    x, y = torch.cat([a[n].flatten() for n in sorted(a)]), torch.cat([b[n].flatten() for n in sorted(b)])
+    return {"cosine": float(torch.nn.functional.cosine_similarity(x, y, dim=0)),
+            "max_rel_diff": float((x - y).abs().max() / y.abs().max())}
+
+
+def check_ppo_gradients(device: torch.device) -> dict:
+    """The update's gradients: with gradient checkpointing on and off (bfloat16 base), against a float32 copy of
+    the same weights, and with truncated importance sampling at cap 2 acting (the loss by hand)."""
+    from alfrl.ppo import PPOConfig
+
+    runs = {}
+    for name, dtype, checkpointing, cap in (("bf16", torch.bfloat16, False, 0.0),
+                                            ("bf16_checkpointing", torch.bfloat16, True, 0.0),
+                                            ("fp32", torch.float32, False, 0.0), ("fp32_tis", torch.float32, False, 2.0)):
+        config = PPOConfig(lr=1e-3, gradient_checkpointing=checkpointing, tis_cap=cap)
+        runs[name] = _gradients(_tiny_lora(device, dtype), config, device)
+    checkpointing = _agreement(runs["bf16_checkpointing"][1], runs["bf16"][1])
+    precision = _agreement(runs["bf16"][1], runs["fp32"][1])
+    metrics, _, trainer = runs["fp32_tis"]
+    weights = [torch.exp(-torch.full_like(trainer[i], shift)).clamp(max=2.0) for i, shift in enumerate(SAMPLER_SHIFT)]
+    by_hand = float(-(1.0 * weights[0]).sum() - (-0.5 * weights[1]).sum()) / 200  # ratio 1: loss_t = -A w_t
+    tis = {"loss": metrics["loss"], "loss_by_hand": by_hand, "tis_weight_mean": metrics["tis_weight_mean"],
+           "tis_capped_fraction": metrics["tis_capped_fraction"]}
+    ok = (checkpointing["cosine"] > 0.9999 and checkpointing["max_rel_diff"] < 1e-2 and precision["cosine"] > 0.99
+          and abs(tis["loss"] - by_hand) < 1e-4 and abs(tis["tis_capped_fraction"] - 0.5) < 1e-6
+          and all(r[0]["grad_norm"] > 0 for r in runs.values()))
+    return {"checkpointing_on_vs_off": checkpointing, "bf16_vs_fp32": precision, "tis_cap_2": tis,
+            "grad_norms": {name: r[0]["grad_norm"] for name, r in runs.items()},
+            "peak_gpu_gb": {name: r[0]["peak_gpu_gb"] for name, r in runs.items()}, "ok": bool(ok)}
+
+
+def checks_for(device: torch.device, dry_run: bool) -> dict:
+    """Every check, by name, at its size: the reference run's on a GPU, small ones in a dry run."""
+    from device_check_scale import REFERENCE, SMALL, check_rollout, check_train_resume, check_update
+
+    scale = SMALL if dry_run else REFERENCE
+    return {"attention": lambda: check_attention(device, 2048 if dry_run else 12288),
+            "batched_greedy": lambda: check_batched_greedy(device),
+            "ppo_gradients": lambda: check_ppo_gradients(device),
+            "train_resume": lambda: check_train_resume(device),
+            "update_4b": lambda: check_update(device, scale, peak_gb, reset_peak),
+            "rollout_4b": lambda: check_rollout(device, scale, peak_gb, reset_peak)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="device_check.json", help="the JSON report")
+    parser.add_argument("--out", default="device_check.json", help="the JSON report, rewritten after every check")
     parser.add_argument("--device", default="auto", help='"auto" (CUDA if there is one), "cuda", "cpu"')
-    parser.add_argument("--dry-run", action="store_true", help="CPU-sized: 2,048 attention columns, no 4B timings")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="CPU-sized: 2,048 attention columns, a small Qwen3 shape for the 4B checks")
+    parser.add_argument("--only", default=None, help="comma-separated checks to run (default: all); names: "
+                        "attention, batched_greedy, ppo_gradients, train_resume, update_4b, rollout_4b")
     args = parser.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
+    checks = checks_for(device, args.dry_run)
+    wanted = args.only.split(",") if args.only else list(checks)
+    unknown = [name for name in wanted if name not in checks]
+    if unknown:
+        parser.error(f"unknown check(s) {unknown}; choose from {', '.join(checks)}")
     import transformers
     report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
               or platform.machine(), "torch": torch.__version__, "transformers": transformers.__version__,
               "dry_run": args.dry_run, "checks": {}, "skipped": {}}
-    checks = {"attention": lambda: check_attention(device, 2048 if args.dry_run else 12288),
-              "batched_greedy": lambda: check_batched_greedy(device),
-              "ppo_step": lambda: check_ppo_step(device)}
-    if device.type == "cuda" and not args.dry_run:
-        checks["decode_4b"] = lambda: check_decode_4b(device)
-    else:
-        report["skipped"]["decode_4b"] = "needs a CUDA GPU (a random Qwen3-4B in bfloat16 is 8 GB)"
-    for name, check in checks.items():
+    if device.type != "cuda" and not args.dry_run:
+        for name in ("update_4b", "rollout_4b"):
+            if name in wanted:
+                wanted.remove(name)
+                report["skipped"][name] = "needs a CUDA GPU at full size (a random Qwen3-4B in bfloat16 is 8 GB); --dry-run runs it small"
+    out, start = Path(args.out), time.perf_counter()
+    for name in wanted:
         tick = time.perf_counter()
         try:
-            report["checks"][name] = check()
+            report["checks"][name] = checks[name]()
         except Exception as e:  # one broken check must not hide the others' results
             report["checks"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        report["checks"][name]["seconds"] = time.perf_counter() - tick
+        report["checks"][name]["seconds_total"] = time.perf_counter() - tick
+        report["ok"] = all(c["ok"] for c in report["checks"].values())
+        report["seconds"] = time.perf_counter() - start
+        out.write_text(json.dumps(report, indent=1) + "\n")  # as it goes: a run cut short keeps what it measured
         print(f"{name}: {'ok' if report['checks'][name]['ok'] else 'FAILED'} "
-              f"({report['checks'][name]['seconds']:.1f} s)", flush=True)
-    report["ok"] = all(c["ok"] for c in report["checks"].values())
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {args.out}; {'all checks ok' if report['ok'] else 'SOME CHECKS FAILED'}; skipped: "
-          f"{', '.join(report['skipped']) or 'none'}")
-    raise SystemExit(0 if report["ok"] else 1)
+              f"({report['checks'][name]['seconds_total']:.1f} s)", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print(f"wrote {out}; {'all checks ok' if report.get('ok') else 'SOME CHECKS FAILED'} in {report.get('seconds', 0):.0f} s; "
+          f"skipped: {', '.join(report['skipped']) or 'none'}")
+    raise SystemExit(0 if report.get("ok") else 1)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""benchmarks/device_check.py, the GPU machine's check, run dry on the CPU as CI can: every check that
-needs no GPU runs on small sizes and passes; the 4B timings are skipped with the reason in the report."""
+"""benchmarks/device_check.py, the GPU machine's check, run dry on the CPU as CI can: every check runs on small
+sizes and passes, the report is written, and --only picks checks."""
 
 from __future__ import annotations
 
@@ -9,19 +9,39 @@ import sys
 
 from alfrl.paths import REPO_ROOT
 
+CHECK = [sys.executable, "benchmarks/device_check.py", "--dry-run", "--device", "cpu"]
+
 
 def test_the_device_check_runs_dry_on_the_cpu(tmp_path):
     out = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, "benchmarks/device_check.py", "--dry-run", "--device", "cpu", "--out", str(out)],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*CHECK, "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
-    assert report["ok"] and set(report["checks"]) == {"attention", "batched_greedy", "ppo_step"}
-    assert "CUDA" in report["skipped"]["decode_4b"]
-    cases = report["checks"]["attention"]["cases"]
+    checks = report["checks"]
+    assert report["ok"] and set(checks) == {"attention", "batched_greedy", "ppo_gradients", "train_resume",
+                                            "update_4b", "rollout_4b"}
+    cases = checks["attention"]["cases"]
     assert [(c["q"], c["dtype"]) for c in cases] == [(1, "float32"), (1, "bfloat16"), (300, "float32"),
                                                       (300, "bfloat16")]
     assert all(c["max_abs_diff"] < 1e-5 for c in cases if c["dtype"] == "float32")
-    runs = report["checks"]["ppo_step"]["gradient_checkpointing"]
-    assert runs["off"]["loss"] == -0.25 == runs["on"]["loss"]  # ratio 1: -(100 x 1 - 100 x 0.5) / 200 tokens
-    assert runs["off"]["lora_dtypes"] == ["torch.float32"] and runs["off"]["lora_max_change"] > 0
+    gradients = checks["ppo_gradients"]
+    assert gradients["checkpointing_on_vs_off"]["cosine"] > 0.9999 and gradients["bf16_vs_fp32"]["cosine"] > 0.99
+    tis = gradients["tis_cap_2"]  # ratio 1: (-(2 x 100) + 0.5 x e^-0.3 x 100) / 200, half the tokens capped at 2
+    assert abs(tis["loss"] - (-200 + 50 * 2.718281828 ** -0.3) / 200) < 1e-4 and tis["tis_capped_fraction"] == 0.5
+    assert checks["train_resume"]["updates"] == [1, 2] and checks["train_resume"]["same_log"]
+    update = checks["update_4b"]
+    assert update["tis_cap"] == 2.0 and update["gradient_checkpointing"] and update["lora_max_change"] > 0
+    assert update["trajectory_tokens"] == [1200, 600] and len(update["lora_targets"]) == 7
+    rollout = checks["rollout_4b"]
+    assert all(rollout[engine]["columns"] >= 700 for engine in ("peft", "merged"))
+
+
+def test_only_runs_the_named_checks_and_refuses_unknown_ones(tmp_path):
+    out = tmp_path / "report.json"
+    done = subprocess.run([*CHECK, "--only", "batched_greedy", "--out", str(out)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(json.loads(out.read_text())["checks"]) == {"batched_greedy"}
+    wrong = subprocess.run([*CHECK, "--only", "decode", "--out", str(out)], cwd=REPO_ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert wrong.returncode == 2 and "unknown check(s) ['decode']" in wrong.stderr
