@@ -59,7 +59,18 @@ def keep_milestone(arm: str) -> None:
     target = run_dir(arm) / "adapters" / f"step_{step:05d}"
     if step in MILESTONES and not target.is_dir():
         cast_adapter(shutil.copytree(checkpoint / "adapter", target), "float16")
+        (target / "README.md").write_text(milestone_readme(arm, step))  # in place of peft's empty model card
         print(f"[scale_run] {arm}: update {step}'s adapter kept in {target.relative_to(REPO_ROOT)}", flush=True)
+
+
+def milestone_readme(arm: str, step: int) -> str:
+    """What a kept adapter is and where it came from."""
+    return (f"# The scale run's {arm} arm after update {step} (SmolLM2-135M-Instruct, LoRA, float16)\n\n"
+            f"The adapter of `data/scale/{arm}`'s checkpoint after update {step}, kept by `scripts/scale_run.py` in "
+            "float16 (the run trains it in float32) for the pre-registered panel (`data/scale/PREREGISTRATION.md`; "
+            f"`python scripts/scale_panel.py {arm}_u{step} data/scale/{arm}/adapters/step_{step:05d}`). Its training "
+            f"log is `data/scale/{arm}/metrics.jsonl`, lines 1-{step}. Load it like any adapter folder "
+            f"(`--adapter data/scale/{arm}/adapters/step_{step:05d}`).\n")
 
 
 def main() -> None:
