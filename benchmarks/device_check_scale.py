@@ -159,7 +159,7 @@ def check_rollout(device: torch.device, scale: Scale, peak_gb, reset_peak) -> di
     return {"rows": scale.rollout_rows, "target_columns": scale.rollout_columns, **results, "ok": ok}
 
 
-def tiny_model_folder(folder: str, device: torch.device) -> str:
+def tiny_model_folder(folder: str) -> str:
     """A tiny random Qwen3 with the bundled model's tokenizer (offline), saved as a model folder."""
     from alfrl.models import load_tokenizer
 
@@ -182,7 +182,7 @@ def check_train_resume(device: torch.device) -> dict:
     from alfrl.checkpoint import latest_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = tiny_model_folder(f"{tmp}/model", device)
+        folder = tiny_model_folder(f"{tmp}/model")
         settings = dict(model=folder, init_adapter="none", device=device.type,
                         dtype="bfloat16" if device.type == "cuda" else "float32", updates=2, games_per_update=1, k=4,
                         max_steps=3, max_new_tokens=12, max_trajectory_tokens=3000, dynamic_sampling=False,

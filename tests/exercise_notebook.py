@@ -15,7 +15,9 @@ def assert_has_exercise(notebook: str, stub: str, check: str) -> None:
     number = notebook[:2]
     cells = nbformat.read(NOTEBOOKS / notebook, as_version=4).cells
     code = [c.source for c in cells if c.cell_type == "code"]
-    at = next(i for i, src in enumerate(code) if stub in src)
+    holders = [i for i, src in enumerate(code) if stub in src]
+    assert len(holders) == 1, f"{notebook}: one code cell holds {stub!r} (found {len(holders)})"
+    at = holders[0]
     assert "raise NotImplementedError  # your code here" in code[at]
     assert check in code[at + 1] and f"from exercises.nb{number} import" in code[at + 1]
     text = "\n".join(c.source for c in cells if c.cell_type == "markdown")

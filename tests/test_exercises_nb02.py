@@ -6,12 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 sys.path.insert(0, str(NOTEBOOKS))
 
+from exercise_notebook import assert_has_exercise  # noqa: E402
 from exercises import nb02 as checks  # noqa: E402
 from solutions import nb02 as solutions  # noqa: E402
 
@@ -142,13 +142,7 @@ def test_next_prompt_stub_fails(capsys, fmt):
                                             ("next_prompt", "check_next_prompt"),
                                             ("expert_nll", "check_expert_nll")])
 def test_notebook_has_exercise(function, check):
-    cells = [c.source for c in nbformat.read(NOTEBOOKS / "02_tool_protocol.ipynb", as_version=4).cells
-             if c.cell_type == "code"]
-    stub = [i for i, s in enumerate(cells) if f"def {function}(" in s and "raise NotImplementedError" in s]
-    call = [i for i, s in enumerate(cells) if f"from exercises.nb02 import {check}" in s
-            and f"{check}({function}" in s]
-    assert len(stub) == 1, f"02 needs one code cell with the stub of {function}"
-    assert len(call) == 1 and call[0] == stub[0] + 1, f"the cell after {function}'s stub calls {check}"
+    assert_has_exercise("02_tool_protocol.ipynb", f"def {function}(", f"{check}({function}")
 
 
 def test_expert_nll_solution_passes(capsys):
