@@ -47,6 +47,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.label_kinds` action kinds; DAgger labels weighted so each kind counts as in the walkthroughs
 - :mod:`alfrl.rft`      rejection-sampling fine-tuning: the winners of each group, with the warm start's loss
 - :mod:`alfrl.dpo`      preference pairs from a group, and DPO against the starting adapter
+- :mod:`alfrl.trl_bridge` the same method in TRL's GRPOTrainer, past one GPU (optional extra ``trl``)
 - :mod:`alfrl.cli`      dataclass configs as ``python -m alfrl`` flags
 """
 

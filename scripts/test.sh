@@ -13,6 +13,10 @@ cd "$ROOT"
 say() { printf '[test] %s\n' "$*"; }
 
 bash scripts/setup_venv.sh
+if ! .venv/bin/python -c "import trl" 2>/dev/null; then  # the optional extra, for the TRL bridge's tests
+    say "installing the trl extra: pip install -e \".[trl]\""
+    .venv/bin/python -m pip install -q -e ".[trl]"
+fi
 WORKERS="${ALFRL_TEST_WORKERS:-2}"
 say "preparing shared test data: the expanded games and the bundled model"
 .venv/bin/python -c "
