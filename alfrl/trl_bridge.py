@@ -205,10 +205,9 @@ def make_trainer(config: TrainConfig, output_dir: str | Path, groups_per_update:
 
     from alfrl.train import load_for_training, training_games
     games = games if games is not None else training_games(config)
-    needed = groups_per_update * config.updates
-    if len(games) < needed:
-        raise ValueError(f"{config.updates} updates of {groups_per_update} groups need {needed} games; "
-                         f"only {len(games)} were found")
+    if len(games) < groups_per_update:
+        raise ValueError(f"an update of {groups_per_update} groups needs as many games; only {len(games)} were found")
+    needed = groups_per_update * config.updates  # fewer games than that: TRL goes through them again, in order
     policy = load_for_training(replace(config, device="cpu"))  # the Trainer puts it on each process's device
     rollout = CourseRollout(games, config, progress=progress)
     trainer = GRPOTrainer(model=policy.model, reward_funcs=episode_reward,

@@ -99,6 +99,11 @@ def test_another_trl_release_is_named_with_the_install(monkeypatch):
         trl_bridge.require_trl()
 
 
+def test_an_update_needs_as_many_games_as_groups(tmp_path):
+    with pytest.raises(ValueError, match="an update of 3 groups needs as many games; only 2 were found"):
+        trl_bridge.make_trainer(preset("cpu"), tmp_path, groups_per_update=3, games=load_games("train")[:2])
+
+
 def test_dataset_has_one_row_per_game_in_order():
     games = load_games("train")[:3]
     assert trl_bridge.game_dataset(games)["prompt"] == [g.game_id for g in games]
