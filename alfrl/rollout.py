@@ -15,6 +15,9 @@ subgoal is reached are planner turns. Their message asks the model to begin its 
 ``Subgoal: ...`` (:data:`alfrl.protocol.PLAN_REQUEST`); the line is part of the sampled reply, so it is
 trained like the rest, and the turn is still one step of the game.
 
+With vLLM (a session whose rows are ``independent``) there is no per-turn barrier unless ``lockstep`` asks for
+one: each branch sends its next request as soon as its own game step returns (:func:`_play_unbarred`).
+
 A branch ends when it wins, runs out of steps (``max_steps``), or its next turn would not
 fit in ``max_trajectory_tokens``. Its record keeps every token with a mask that is 1
 exactly on the tokens the model sampled, and those tokens' logprobs: what the PPO update
@@ -29,6 +32,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 from tqdm.auto import tqdm
@@ -78,6 +82,10 @@ class RolloutConfig:
     """Groups that :func:`rollout_batch` plays together, k x this many rows decoded in one batch.
     On a CPU the decode step reads the weights once whatever the batch, so 2 groups of 4 take
     little more time than one; on a GPU, memory for the KV caches sets the limit."""
+    lockstep: bool = False
+    """With an engine whose rows are independent (vLLM): still sample every live branch's turn together, each
+    turn waiting for the slowest reply, as the built-in sampler must. False: each branch sends its next request
+    as soon as its own game step returns (the same replies, drawn from the same seeds)."""
 
     def __post_init__(self):
         if self.k < 1 or self.max_steps < 1 or self.max_new_tokens < 1:
@@ -198,27 +206,38 @@ def _start(games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFormat) -
 def _sample_replies(session, branches: dict[int, _Branch], live: list[int], config: RolloutConfig,
                     tokenizer) -> tuple[dict[int, Sample], dict[int, str]]:
     """Step 1: one reply per live branch, sampled together; each cut at its branch's token budget."""
-    budget = {b: config.max_trajectory_tokens - len(branches[b].tokens) for b in live}
+    budget = {b: _budget(branches[b], config) for b in live}
     # One sampling call for every live branch; the loosest budget bounds the batch, and a branch whose
     # reply would overflow its own budget is cut there.
-    cfg = SampleConfig(temperature=config.temperature, top_p=config.top_p, draft_tokens=config.draft_tokens,
-                       max_new_tokens=min(config.max_new_tokens, max(budget[b] for b in live)))
+    cfg = _sample_config(config, max(budget[b] for b in live))
     tick = time.perf_counter()
     samples = session.sample({b: branches[b].tokens for b in live}, cfg)
     model_share = (time.perf_counter() - tick) / len(live)
-    texts = {}
-    for b in live:
-        sample, br = samples[b], branches[b]
-        if len(sample.tokens) > budget[b]:
-            sample.tokens, sample.logprobs = sample.tokens[:budget[b]], sample.logprobs[:budget[b]]
-            sample.entropies = sample.entropies[:budget[b]]
-            sample.stopped_on = "budget"
-        br.model_seconds += model_share
-        br.prefilled += sample.prefilled
-        br.sampled += len(sample.tokens)
-        br.entropy += sum(sample.entropies)
-        texts[b] = tokenizer.decode(sample.tokens, skip_special_tokens=True)
+    texts = {b: _take_reply(branches[b], samples[b], budget[b], model_share, tokenizer) for b in live}
     return samples, texts
+
+
+def _budget(br: _Branch, config: RolloutConfig) -> int:
+    """The tokens a branch's trajectory has left."""
+    return config.max_trajectory_tokens - len(br.tokens)
+
+
+def _sample_config(config: RolloutConfig, budget: int) -> SampleConfig:
+    return SampleConfig(temperature=config.temperature, top_p=config.top_p, draft_tokens=config.draft_tokens,
+                        max_new_tokens=min(config.max_new_tokens, budget))
+
+
+def _take_reply(br: _Branch, sample: Sample, budget: int, model_seconds: float, tokenizer) -> str:
+    """Cut a reply at its branch's token budget, count it, and return its text."""
+    if len(sample.tokens) > budget:
+        sample.tokens, sample.logprobs = sample.tokens[:budget], sample.logprobs[:budget]
+        sample.entropies = sample.entropies[:budget]
+        sample.stopped_on = "budget"
+    br.model_seconds += model_seconds
+    br.prefilled += sample.prefilled
+    br.sampled += len(sample.tokens)
+    br.entropy += sum(sample.entropies)
+    return tokenizer.decode(sample.tokens, skip_special_tokens=True)
 
 
 def _tool_result(reply, result) -> tuple[str, str]:
@@ -274,22 +293,70 @@ def _play(policy, games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFo
     branches = _start(games, config, env, fmt)
     session = session or new_group_session(policy, seeds, batched=config.batched,
                                            prefill_dtype=config.prefill_dtype)
-    live, turn = list(range(k)), 0
-    while live:
-        samples, texts = _sample_replies(session, branches, live, config, policy.tokenizer)  # 1. sample
-        replies = {b: parse_reply(texts[b]) for b in live}  # 2. parse: None (bad format) uses a step, moves nothing
-        tick = time.perf_counter()
-        results = env.step({b: replies[b].action for b in live})  # 3. step the game copies
-        env_share = (time.perf_counter() - tick) / len(live)
-        for b in live:  # 4. record, and extend each prompt with its tool result
-            branches[b].env_seconds += env_share
-            _record_turn(branches[b], samples[b], texts[b], replies[b], results[b], fmt, config)
-        session.drop([b for b in live if branches[b].end_reason])
-        live = [b for b in live if not branches[b].end_reason]
-        turn += 1
-        if on_turn:
-            on_turn(turn, len(live))
+    if getattr(session, "independent", False) and not config.lockstep:
+        _play_unbarred(policy, branches, config, env, fmt, session, on_turn)
+    else:
+        live, turn = list(range(k)), 0
+        while live:
+            samples, texts = _sample_replies(session, branches, live, config, policy.tokenizer)  # 1. sample
+            _step_and_record(branches, live, samples, texts, config, env, fmt)  # 2-4. parse, step, record
+            session.drop([b for b in live if branches[b].end_reason])
+            live = [b for b in live if not branches[b].end_reason]
+            turn += 1
+            if on_turn:
+                on_turn(turn, len(live))
     return [_trajectory(games[b], branches[b], index[b], seeds[b], config) for b in range(k)]
+
+
+def _step_and_record(branches: dict[int, _Branch], rows: list[int], samples: dict[int, Sample],
+                     texts: dict[int, str], config: RolloutConfig, env: GroupEnv, fmt: ChatFormat) -> None:
+    """Steps 2-4 for ``rows``: parse each reply, step those game copies together, record each turn."""
+    replies = {b: parse_reply(texts[b]) for b in rows}  # 2. parse: None (bad format) uses a step, moves nothing
+    tick = time.perf_counter()
+    results = env.step({b: replies[b].action for b in rows})  # 3. step the game copies
+    env_share = (time.perf_counter() - tick) / len(rows)
+    for b in rows:  # 4. record, and extend each prompt with its tool result
+        branches[b].env_seconds += env_share
+        _record_turn(branches[b], samples[b], texts[b], replies[b], results[b], fmt, config)
+
+
+def _play_unbarred(policy, branches: dict[int, _Branch], config: RolloutConfig, env: GroupEnv, fmt: ChatFormat,
+                   session, on_turn: Callable[[int, int], None] | None) -> None:
+    """The turn loop without a barrier, for a session whose rows are independent (vLLM): each branch's
+    next request is sent as soon as its own game step returns, so a short reply never waits for the longest
+    one of its turn, and the server batches whatever requests are in flight. The env is stepped only from
+    this thread (its worker pipes are not shared); the replies that arrive together are stepped together.
+    Each branch's requests carry its own seeds in order, so the replies are those of the lockstep loop."""
+    pending: dict[Future, int] = {}
+    with ThreadPoolExecutor(max_workers=len(branches)) as pool:
+        def send(b: int) -> None:
+            budget = _budget(branches[b], config)
+            pending[pool.submit(session.sample_one, b, branches[b].tokens, _sample_config(config, budget))] = b
+
+        for b in branches:
+            send(b)
+        try:
+            while pending:
+                tick = time.perf_counter()
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                model_share = (time.perf_counter() - tick) / len(done)  # the wall time waited, split
+                finished = {pending.pop(future): future for future in done}
+                rows = sorted(finished)
+                samples = {b: finished[b].result() for b in rows}
+                texts = {b: _take_reply(branches[b], samples[b], _budget(branches[b], config), model_share,
+                                        policy.tokenizer) for b in rows}
+                _step_and_record(branches, rows, samples, texts, config, env, fmt)
+                ended = [b for b in rows if branches[b].end_reason]
+                session.drop(ended)
+                for b in rows:
+                    if not branches[b].end_reason:
+                        send(b)
+                if on_turn:
+                    on_turn(max(len(br.turns) for br in branches.values()),
+                            sum(not br.end_reason for br in branches.values()))
+        finally:
+            for future in pending:
+                future.cancel()
 
 
 def _trajectory(game, br: _Branch, branch: int, seed: int, config: RolloutConfig) -> Trajectory:

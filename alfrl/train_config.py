@@ -153,6 +153,10 @@ class TrainConfig:
     vllm_url: str | None = None
     """With --sampler vllm: an external server already serving the model at this URL (started by hand, elsewhere,
     with the flags docs/gpu.md lists) instead of one the trainer starts; it gets the adapter after every update."""
+    vllm_lockstep: bool = False
+    """With --sampler vllm: sample every live branch's turn together, each turn waiting for its slowest reply (as
+    the built-in sampler must). Off: each branch sends its next request as soon as its own game step returns;
+    the replies are the same (each branch's seeds), the wait is not."""
     prefill_dtype: str | None = None
     """Read prompts and tool results in rollouts under this autocast ("bfloat16": ~1.7x faster reads on a
     CPU with AMX/avx512_bf16, far slower on other CPUs; decode steps stay in the sampling model's precision).
@@ -213,7 +217,7 @@ class TrainConfig:
                              max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                              groups_per_batch=self.groups_per_batch, prefill_dtype=self.prefill_dtype,
                              draft_tokens=self.draft_tokens, plan_every=self.plan_every,
-                             seed=self.seed * 1_000_003 + step, workers=self.workers)
+                             seed=self.seed * 1_000_003 + step, workers=self.workers, lockstep=self.vllm_lockstep)
 
     def ppo(self) -> PPOConfig:
         return PPOConfig(clip_low=self.clip_low, clip_high=self.clip_high, lr=self.lr, beta1=self.beta1,
@@ -380,9 +384,9 @@ def check_config(config: TrainConfig) -> None:
                              "--sampler vllm leave them at their defaults (vLLM runs in --dtype)")
         if not config.vllm_url and (reason := missing_reason()):
             raise FileNotFoundError(f"--sampler vllm: {reason}")
-    elif config.vllm_url or config.vllm_gpus is not None or config.vllm_tensor_parallel > 1:
-        raise ValueError("--vllm-url, --vllm-gpus and --vllm-tensor-parallel set the vLLM server: add --sampler vllm, "
-                         "or leave them out")
+    elif config.vllm_url or config.vllm_gpus is not None or config.vllm_tensor_parallel > 1 or config.vllm_lockstep:
+        raise ValueError("--vllm-url, --vllm-gpus, --vllm-tensor-parallel and --vllm-lockstep are for the vLLM "
+                         "server: add --sampler vllm, or leave them out")
     if config.prefill_dtype is not None and config.old_logprobs != "trainer":
         raise ValueError(f"--prefill-dtype {config.prefill_dtype} reads prompts in another precision than the "
                          "trainer's: use --old-logprobs trainer, or the PPO ratio starts away from 1")

@@ -115,11 +115,29 @@ the process that started it dies, even by SIGKILL, so no server is left holding 
 not in ``preexec_fn``, which is unsafe in a process with threads, as the trainer is.)"""
 
 
+_spawner: ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
 def spawn(command: list[str], out, env: dict[str, str]) -> subprocess.Popen:
     """Start ``command`` in its own process group (stopped as a whole by :meth:`VLLMServer.stop`), writing to
-    ``out``, told to end with the process that started it (:data:`DIE_WITH_PARENT`)."""
+    ``out``, told to end with the process that started it (:data:`DIE_WITH_PARENT`).
+
+    The kernel's parent-death signal fires when the *thread* that forked the child exits, not the process. A
+    server restarted from a rollout's request thread would get SIGTERM as soon as the rollout's threads end, so
+    a call from any thread but the main one forks from one spawner thread that lives as long as the process."""
     launcher = [command[0], "-c", DIE_WITH_PARENT, str(os.getpid()), *command]
-    return subprocess.Popen(launcher, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def start() -> subprocess.Popen:
+        return subprocess.Popen(launcher, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    if threading.current_thread() is threading.main_thread():
+        return start()
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alfrl-vllm-spawner")
+    return _spawner.submit(start).result()
 
 
 def free_port() -> int:
@@ -217,13 +235,20 @@ class VLLMServer:
             return "(no log)"
 
     def stop(self) -> None:
+        """End the server's process group: the API process and the engine core it started (which can outlive
+        an API process that was killed, holding its memory)."""
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, 15)
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
-                self.process.wait()
+                pass
+        if self.process:
+            try:
+                os.killpg(self.process.pid, 9)  # whatever of the group is left
+            except ProcessLookupError:
+                pass
+            self.process.wait()
         self.process = None
 
     def __enter__(self) -> "VLLMServer":
@@ -374,35 +399,45 @@ def request_seed(branch_seed: int, call: int) -> int:
 
 
 class VLLMSession:
-    """The branches of one group, sampled by a vLLM server: one request per live branch, sent together
-    so the server batches them. The server keeps no per-branch state; its prefix cache finds the
-    previous turn's blocks. ``prefilled`` counts the prompt tokens new since the branch's last call
-    (what the built-in sampler prefills), whatever the server's cache found."""
+    """The branches of one group, sampled by a vLLM server: one request per live branch. The server keeps no
+    per-branch state; its prefix cache finds the previous turn's blocks. ``prefilled`` counts the prompt tokens
+    new since the branch's last call (what the built-in sampler prefills), whatever the server's cache found.
+
+    Its rows are independent (``independent``): branch b's n-th request has the seed ``request_seed(seed_b, n)``
+    whenever it is sent, so :func:`alfrl.rollout.rollout_group` may send each branch's next request as soon as
+    its own game step returns (:meth:`sample_one`), or all live branches' together (:meth:`sample`), and draw
+    the same replies."""
+
+    independent = True
+    """Rows need no barrier: see :func:`alfrl.rollout._play_unbarred`."""
 
     def __init__(self, engine: VLLMEngine, stop_ids: set[int], seeds: list[int]):
         self.engine, self.stop_ids, self.seeds = engine, set(stop_ids), list(seeds)
         self.branches = list(range(len(seeds)))
         self.read = {b: 0 for b in self.branches}
-        self.calls = 0
+        self.calls = {b: 0 for b in self.branches}
+        """Requests each branch has sent (its turn)."""
 
     def drop(self, branches: list[int]) -> None:
         self.branches = [b for b in self.branches if b not in set(branches)]
 
-    def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
-        if sorted(prompts) != sorted(self.branches):
-            raise ValueError(f"prompts are for {sorted(prompts)}, live branches are {sorted(self.branches)}")
+    def sample_one(self, b: int, prompt: list[int], cfg: SampleConfig) -> Sample:
+        """Branch ``b``'s next reply to ``prompt``. Safe to call for different branches from different threads."""
+        if b not in self.branches:
+            raise ValueError(f"branch {b} is not live (live: {self.branches})")
         if cfg.draft_tokens:
             raise ValueError("--draft-tokens is the built-in sampler's; vLLM has its own speculative decoding")
-        call, self.calls = self.calls, self.calls + 1
+        new = len(prompt) - self.read[b]
+        sample = self.engine.complete(prompt, cfg, self.stop_ids, request_seed(self.seeds[b], self.calls[b]), new)
+        self.read[b], self.calls[b] = len(prompt) + len(sample.tokens), self.calls[b] + 1
+        return sample
 
-        def one(b: int) -> Sample:
-            new = len(prompts[b]) - self.read[b]
-            sample = self.engine.complete(prompts[b], cfg, self.stop_ids, request_seed(self.seeds[b], call), new)
-            self.read[b] = len(prompts[b]) + len(sample.tokens)
-            return sample
-
+    def sample(self, prompts: dict[int, list[int]], cfg: SampleConfig) -> dict[int, Sample]:
+        """One reply for every live branch, the requests sent together so the server batches them."""
+        if sorted(prompts) != sorted(self.branches):
+            raise ValueError(f"prompts are for {sorted(prompts)}, live branches are {sorted(self.branches)}")
         with ThreadPoolExecutor(max_workers=max(1, len(prompts))) as pool:
-            samples = dict(zip(prompts, pool.map(one, list(prompts))))
+            samples = dict(zip(prompts, pool.map(lambda b: self.sample_one(b, prompts[b], cfg), list(prompts))))
         return samples
 
 

@@ -197,9 +197,11 @@ def test_an_external_server_is_attached_not_started(fake, policy):
 
 def test_server_flags_without_vllm_are_refused():
     from alfrl.train import TrainConfig, check_config
-    with pytest.raises(ValueError, match="add --sampler vllm"):
-        check_config(TrainConfig(vllm_url="http://gpu1:8000", init_adapter=None))
-
+    for flags in ({"vllm_url": "http://gpu1:8000"}, {"vllm_lockstep": True}):
+        with pytest.raises(ValueError, match="add --sampler vllm"):
+            check_config(TrainConfig(**flags, init_adapter=None))
+    assert TrainConfig(sampler="vllm", vllm_lockstep=True).rollout(1).lockstep
+    assert not TrainConfig(sampler="vllm").rollout(1).lockstep
 
 FAST = (0.01, 0.01)
 """Retry delays for the tests (the engine's own are 1, 2, 4 and 8 s)."""
@@ -262,6 +264,38 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path):
     assert not _running(server)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_server_restarted_from_a_request_thread_outlives_that_thread_not_its_trainer():
+    """A dead server is restarted from whichever request thread found it dead. The parent-death signal is tied to
+    the thread that forked: the new server must survive that thread's end, and still end with its trainer."""
+    import signal
+    import subprocess
+    import time
+
+    starter = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, threading, time\n"
+        "from alfrl.vllm_engine import spawn\n"
+        "pids = []\n"
+        "def restart():\n"
+        "    pids.append(spawn([sys.executable, '-c', 'import time; time.sleep(300)'], subprocess.DEVNULL,\n"
+        "                      dict(os.environ)).pid)\n"
+        "    time.sleep(3)  # the rest of the rollout: the launcher has asked for its signal by now\n"
+        "thread = threading.Thread(target=restart)\n"
+        "thread.start()\n"
+        "thread.join()\n"
+        "print(pids[0], flush=True)\n"
+        "time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)
+    server = int(starter.stdout.readline())
+    time.sleep(2)  # time for a parent-death signal to land, had the thread's end sent one
+    assert _running(server), "the server died with the thread that started it"
+    starter.send_signal(signal.SIGKILL)
+    starter.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _running(server):
+        time.sleep(0.1)
+    assert not _running(server)
+
+
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a live process (not gone, not a zombie waiting to be reaped)."""
     try:
@@ -269,3 +303,96 @@ def _running(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
     return state != "Z"
+
+
+class StandInEngine:
+    """A vLLM stand-in for the turn loop: a request's reply depends only on its seed (a tool call, valid or not,
+    and a length). Branch 1's first answer is slow: it waits until branch 0 has sent its 4th request, or
+    ``patience`` seconds. Every send and answer is logged in order."""
+
+    ACTIONS = ["look", "inventory", "fly to the moon", None]  # None: a reply with no tool call
+
+    def __init__(self, tokenizer, patience: float):
+        self.tokenizer, self.patience, self.log = tokenizer, patience, []
+        self.lock, self.fourth_sent = threading.Lock(), threading.Event()
+
+    def complete(self, prompt, cfg, stop_ids, seed, prefilled=None):
+        import random
+        import time
+
+        from alfrl.sampler import Sample
+        from alfrl.scripted import tool_call
+        rng = random.Random(seed)
+        branch = next(b for b, s in self.seeds.items() if seed in {request_seed(s, n) for n in range(50)})
+        with self.lock:
+            self.log.append(("send", branch, len(prompt)))
+            if sum(e[:2] == ("send", 0) for e in self.log) == 4:
+                self.fourth_sent.set()
+        if branch == 1 and sum(e[:2] == ("send", 1) for e in self.log) == 1:
+            self.fourth_sent.wait(self.patience)
+        time.sleep(0.01 * branch)
+        action = rng.choice(self.ACTIONS)
+        text = "Let me " + "think " * rng.randrange(8) + (tool_call(action) if action else "look around")
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)[:cfg.max_new_tokens]
+        tokens += [sorted(stop_ids)[0]] if len(tokens) < cfg.max_new_tokens else []
+        with self.lock:
+            self.log.append(("answer", branch, len(prompt)))
+        return Sample(tokens=tokens, logprobs=[-0.01 * (i + 1) for i in range(len(tokens))],
+                      stopped_on="eos" if tokens[-1] in stop_ids else "budget", prefilled=prefilled or 0)
+
+    def session(self, stop_ids, seeds):
+        self.seeds = dict(enumerate(seeds))
+        return VLLMSession(self, stop_ids, seeds)
+
+
+def test_rows_without_a_barrier_play_the_same_episodes_and_do_not_wait_for_each_other(policy, tiny_games):
+    from alfrl.rollout import RolloutConfig, rollout_group
+    game = tiny_games.games("valid_seen")[0]
+    config = RolloutConfig(k=3, max_steps=4, max_new_tokens=40, max_trajectory_tokens=2000, workers=0, seed=5)
+    played = {}
+    for lockstep in (True, False):
+        engine = StandInEngine(policy.tokenizer, patience=0.5 if lockstep else 60)
+        played[lockstep] = (rollout_group(replace(policy, engine=engine), game, replace(config, lockstep=lockstep)),
+                            engine.log)
+    (barred, barred_log), (free, free_log) = played[True], played[False]
+    for a, b in zip(barred, free):  # the same replies, so the same episodes, token for token
+        assert (a.tokens, a.mask, a.logprobs, a.end_reason, a.won) == (b.tokens, b.mask, b.logprobs, b.end_reason,
+                                                                       b.won)
+        assert [t.action for t in a.turns] == [t.action for t in b.turns]
+    assert {t.end_reason for t in free} == {"max_steps"} and sum(t.invalid for t in free) > 0
+
+    def sends_before_slow_answer(log):
+        """Requests the fast branch 0 sent before the slow branch 1's first answer."""
+        first_slow = log.index(next(e for e in log if e[:2] == ("answer", 1)))
+        return sum(e[:2] == ("send", 0) for e in log[:first_slow])
+
+    assert sends_before_slow_answer(barred_log) == 1  # lockstep: turn 2 waits for the slowest reply of turn 1
+    assert sends_before_slow_answer(free_log) == 4  # no barrier: branch 0 went on to its last turn meanwhile
+
+
+def test_stopping_a_server_whose_api_process_was_killed_ends_the_rest_of_its_group(tmp_path):
+    """vLLM's API process starts an engine core that can outlive it: stop() ends the whole process group."""
+    import signal
+    import subprocess
+    import time
+
+    from alfrl.vllm_engine import VLLMServer, spawn
+    pid_file = tmp_path / "core.pid"
+    leader = ("import subprocess, sys, time\n"
+              "core = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(core.pid))\n"
+              "time.sleep(300)\n")
+    server = object.__new__(VLLMServer)  # a stand-in: no vLLM venv needed
+    server.process = spawn([sys.executable, "-c", leader], subprocess.DEVNULL, dict(os.environ))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (pid_file.exists() and pid_file.read_text()):
+        time.sleep(0.1)
+    core = int(pid_file.read_text())
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait()
+    assert _running(core)  # the API process is gone, its engine core is not
+    server.stop()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _running(core):
+        time.sleep(0.1)
+    assert not _running(core) and server.process is None

@@ -134,3 +134,100 @@ def test_a_models_own_top_k_never_reaches_the_sampler(warm, game, tmp_path):
         sampled = rollout_group(replace(warm, engine=engine), game, replace(GREEDY, temperature=1.0, seed=5))
     gaps = sampled_gaps(warm, sampled, 1.0)
     assert len(gaps) > 20 and max(gaps) < LOGPROB_TOLERANCE
+
+
+def test_a_server_killed_mid_rollout_is_replaced_and_the_episodes_are_unchanged(warm, game):
+    """The fault drill on a real server: kill it while a (barrier-free) rollout is in flight. The requests fail,
+    a new server starts on a new port, is served the same adapter, and the requests are sent again with their
+    seeds: the greedy episodes are those of an undisturbed rollout."""
+    config = VLLMConfig(max_model_len=4096, kv_cache_gb=1, threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")))
+    with VLLMServer(resolve_model("bundled"), config) as server:
+        engine = VLLMEngine(server.url, revive=server.restart, delays=(0.5, 0.5))
+        engine.load_adapter(resolve_adapter("warmstart"))
+        policy = replace(warm, engine=engine)
+        undisturbed = rollout_group(policy, game, GREEDY)
+        first_url, first_name, complete, calls = server.url, engine.model, engine.complete, []
+
+        first_group = os.getpgid(server.process.pid)
+
+        def complete_then_kill(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 3:  # a branch's second turn: kill the server under every request in flight
+                server.process.kill()
+            return complete(*args, **kwargs)
+
+        engine.complete = complete_then_kill
+        disturbed = rollout_group(policy, game, GREEDY)
+        assert server.starts == 2 and engine.url == server.url != first_url
+        assert engine.model != first_name and engine.model in engine.served_models()
+        assert not _live_in_group(first_group)  # nothing of the killed server is left
+    assert [t.tokens for t in disturbed] == [t.tokens for t in undisturbed]
+    assert [t.won for t in disturbed] == [t.won for t in undisturbed]
+
+
+def test_a_sigkilled_trainer_takes_its_server_down_and_resumes_where_it_stopped(tiny_games, tmp_path):
+    """SIGKILL a `--sampler vllm` training run after update 1's checkpoint: its server (the API process and the
+    engine core it started, one process group) ends with it; `--resume` starts a new one and trains update 2
+    only: no update lost or repeated."""
+    import json
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    config = dict(run_dir=str(run), data_dir=str(tiny_games.root), split="valid_seen", updates=2, games_per_update=1,
+                  k=4, max_steps=3, max_new_tokens=48, temperature=1.0, max_trajectory_tokens=3000, lora_rank=4,
+                  lora_alpha=8, workers=0, init_adapter="warmstart", max_expert_steps=None, max_receptacles=None,
+                  sampler="vllm", threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")) or None)
+    log = tmp_path / "trainer.log"
+    with open(log, "w") as out:
+        trainer = subprocess.Popen([sys.executable, "-c", (
+            "import json, sys\n"
+            "from alfrl.train import TrainConfig, train\n"
+            "train(TrainConfig(**json.loads(sys.argv[1])), progress=False)\n"), json.dumps(config)],
+            stdout=out, stderr=subprocess.STDOUT)
+    deadline, group = time.monotonic() + 900, None
+    while time.monotonic() < deadline and not (run / "checkpoints" / "step_00001").is_dir():
+        if group is None and (port := re.search(r"answering at http://127\.0\.0\.1:(\d+)", log.read_text())):
+            group = _server_group(port.group(1))
+        time.sleep(0.5)
+    assert group is not None and (run / "checkpoints" / "step_00001").is_dir(), log.read_text()[-3000:]
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    first = (run / "metrics.jsonl").read_text().splitlines()
+    assert len(first) == 1, "the run ended before the kill; nothing is left to resume"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _live_in_group(group):
+        time.sleep(0.5)
+    assert not _live_in_group(group), "the killed trainer's vLLM server still runs"
+    resumed = subprocess.run([sys.executable, "-m", "alfrl", "train", "--resume", str(run), "--updates", "2"],
+                             capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2] and lines[0] == first[0]
+
+
+def _live_processes():
+    """(pid, process group, argv) of every live process (not a zombie)."""
+    from pathlib import Path
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            yield int(proc.name), os.getpgid(int(proc.name)), (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+
+
+def _server_group(port: str) -> int | None:
+    """The process group of the vLLM server answering on ``port`` (it runs in a session of its own)."""
+    return next((group for _, group, argv in _live_processes()
+                 if b"vllm.entrypoints.openai.api_server" in argv and port.encode() in argv), None)
+
+
+def _live_in_group(group: int) -> list[int]:
+    return [pid for pid, g, _ in _live_processes() if g == group]
