@@ -244,9 +244,7 @@ def test_a_dead_server_is_replaced_and_served_the_current_adapter(fake, tmp_path
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_server_dies_with_the_process_that_started_it(tmp_path):
     """SIGKILL the trainer (here: a process that started a stand-in server and waits): the server ends too."""
-    import signal
     import subprocess
-    import time
 
     starter = subprocess.Popen([sys.executable, "-c", (
         "import os, subprocess, sys, time\n"
@@ -256,19 +254,13 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path):
         "time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)
     server = int(starter.stdout.readline())
     os.kill(server, 0)  # it runs
-    starter.send_signal(signal.SIGKILL)
-    starter.wait()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _running(server):
-        time.sleep(0.1)
-    assert not _running(server)
+    assert _ends_with(starter, server)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_server_restarted_from_a_request_thread_outlives_that_thread_not_its_trainer():
     """A dead server is restarted from whichever request thread found it dead. The parent-death signal is tied to
     the thread that forked: the new server must survive that thread's end, and still end with its trainer."""
-    import signal
     import subprocess
     import time
 
@@ -288,12 +280,19 @@ def test_a_server_restarted_from_a_request_thread_outlives_that_thread_not_its_t
     server = int(starter.stdout.readline())
     time.sleep(2)  # time for a parent-death signal to land, had the thread's end sent one
     assert _running(server), "the server died with the thread that started it"
+    assert _ends_with(starter, server)
+
+
+def _ends_with(starter, server: int) -> bool:
+    """SIGKILL ``starter``; whether process ``server`` ends within 20 s."""
+    import signal
+    import time
     starter.send_signal(signal.SIGKILL)
     starter.wait()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and _running(server):
         time.sleep(0.1)
-    assert not _running(server)
+    return not _running(server)
 
 
 def _running(pid: int) -> bool:
