@@ -48,6 +48,18 @@ class ScaleRun:
         path = self.root / "panel" / f"{name}_{part}.jsonl"
         return read_jsonl(path) if path.is_file() else []
 
+    def lost_room(self, name: str) -> list:
+        """The start's won episode and ``name``'s lost one on the room of :func:`lost_room`, as trajectories
+        (kept by ``scripts/scale_panel.py`` in ``panel/NAME_lost_room.jsonl.xz``)."""
+        import lzma
+
+        from alfrl.trajectory import Trajectory
+        path = self.root / "panel" / f"{name}_lost_room.jsonl.xz"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: python scripts/scale_panel.py {name} ADAPTER --parts lost_room")
+        with lzma.open(path, "rt") as f:
+            return [Trajectory.from_json(line) for line in f]
+
     def metrics(self, arm: str) -> list[dict]:
         """An arm's metrics, one line per update ([] before its first update)."""
         path = self.root / arm / "metrics.jsonl"
@@ -200,6 +212,16 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(keys) + " |", "|---" * len(keys) + "|"]
     lines += ["| " + " | ".join(str(row[k]) for k in keys) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def lost_room(start: list[dict], after: list[dict]) -> tuple[dict, dict]:
+    """The first room, in panel order, that the start won and the later checkpoint lost: both full records
+    (each with its ``trajectory``), for reading turn by turn what RL unlearned."""
+    won_at_start = {r["game_id"]: r for r in start if r["won"]}
+    for record in after:
+        if not record["won"] and record["game_id"] in won_at_start:
+            return won_at_start[record["game_id"]], record
+    raise ValueError("the later checkpoint lost no room the start won")
 
 
 def curve(run: ScaleRun, arm: str) -> list[tuple[int, int, int]]:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from alfrl.paths import REPO_ROOT
-from alfrl.scale import (ScaleRun, arm_rows, cost_lines, curve, markdown_table, origin_rows, summary_rows,
+from alfrl.scale import (ScaleRun, arm_rows, cost_lines, curve, lost_room, markdown_table, origin_rows, summary_rows,
                          task_rows)
 
 ROOMS = [("a", "pick_and_place_simple", "_s1_"), ("b", "pick_and_place_simple", "_s3_"),
@@ -125,3 +125,23 @@ def test_the_committed_report_is_what_the_committed_files_give():
     assert module.report(ScaleRun()) == committed, "run: python scripts/scale_report.py"
     start = ScaleRun().results("start", "greedy")
     assert len(start) == 325 and sum(r["won"] for r in start) == 161
+
+
+def test_lost_room_is_the_first_room_the_start_won_and_the_checkpoint_lost(run):
+    start = [{"game_id": g, "won": w, "trajectory": g} for g, w in (("a", True), ("b", True), ("c", False))]
+    after = [{"game_id": g, "won": w, "trajectory": g} for g, w in (("c", False), ("a", True), ("b", False))]
+    assert lost_room(start, after) == (start[1], after[2])
+    with pytest.raises(ValueError, match="lost no room"):
+        lost_room(start, start)
+    with pytest.raises(FileNotFoundError, match="--parts lost_room"):
+        run.lost_room("grpo_u10")
+
+
+def test_the_committed_lost_rooms_were_won_by_the_start_and_lost_after():
+    start = {r["game_id"]: r["won"] for r in ScaleRun().results("start", "greedy")}
+    for path in sorted((REPO_ROOT / "data/scale/panel").glob("*_lost_room.jsonl.xz")):
+        name = path.name[:-len("_lost_room.jsonl.xz")]
+        won, lost = ScaleRun().lost_room(name)
+        after = {r["game_id"]: r["won"] for r in ScaleRun().results(name, "greedy")}
+        assert won.game_id == lost.game_id and won.won and not lost.won, name
+        assert start[won.game_id] and not after[won.game_id], name
