@@ -42,6 +42,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.eval_report` comparison tables and figures of evaluated checkpoints
 - :mod:`alfrl.failures`   how a lost episode fails: wrong object, loop, out of steps
 - :mod:`alfrl.practice` difficulty profiles, a practice pool with matched controls, wins at each visit
+- :mod:`alfrl.scale`    the scale run read back: its pre-registered panel, paired tests, learning curve, costs
 - :mod:`alfrl.sft`      the expert warm start
 - :mod:`alfrl.dagger`   DAgger: the expert labels the states the policy reaches; fine-tune on them, round after round
 - :mod:`alfrl.label_kinds` action kinds; DAgger labels weighted so each kind counts as in the walkthroughs

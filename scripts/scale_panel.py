@@ -14,8 +14,9 @@ it stopped when the same line is run again):
 
 The full records go to ``runs/scale_panel/NAME/``; what is committed is small: each game's outcome
 (``data/scale/panel/NAME_greedy.jsonl``, ``NAME_official.jsonl``), each sampled game's wins
-(``NAME_sampled.jsonl``) and the wall time of each part (``NAME_seconds.json``; a part that was resumed is
-marked, its time being that of the rest only).
+(``NAME_sampled.jsonl``), the wall time of each part (``NAME_seconds.json``; a part that was resumed is
+marked, its time being that of the rest only) and, after the greedy part, one room the start won and NAME lost,
+both episodes in full (``NAME_lost_room.jsonl.xz``, read by notebook 06; ``--parts lost_room`` writes only it).
 ``scripts/scale_report.py`` turns them into the tables and the learning curve.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import shlex
 import subprocess
@@ -33,6 +35,7 @@ from pathlib import Path
 from alfrl.checkpoint import read_jsonl
 from alfrl.eval_stats import outcomes, read_records
 from alfrl.paths import REPO_ROOT
+from alfrl.scale import lost_room
 
 PANEL = REPO_ROOT / "data/scale/panel"
 SAMPLED_GAMES = REPO_ROOT / "data/scale/panel_sampled100.txt"
@@ -78,18 +81,34 @@ def keep(name: str, part: str, folder: Path) -> Path:
     return path
 
 
+def keep_lost_room(name: str) -> Path | None:
+    """Both episodes of the first room the start won and ``name`` lost (None for the start itself, or when the
+    start's full greedy records are not on this machine)."""
+    start = REPO_ROOT / "runs/scale_panel/start/greedy"
+    if name == "start" or not (start / "records.jsonl").is_file():
+        return None
+    pair = lost_room(read_records(start), read_records(REPO_ROOT / "runs/scale_panel" / name / "greedy"))
+    path = PANEL / f"{name}_lost_room.jsonl.xz"
+    with lzma.open(path, "wt") as f:
+        f.writelines(json.dumps(record["trajectory"]) + "\n" for record in pair)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", help="the checkpoint's name in the tables (e.g. start, grpo_u10)")
     parser.add_argument("adapter", help="the adapter: a folder, or a shipped one's name (warmstart_epoch)")
     parser.add_argument("--parts", nargs="+", default=["greedy", "official", "sampled"],
-                        choices=["greedy", "official", "sampled"])
+                        choices=["greedy", "official", "sampled", "lost_room"])
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     plan = commands(args.name, args.adapter, args.threads)
     seconds_file = PANEL / f"{args.name}_seconds.json"
     seconds = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
     for part in args.parts:
+        if part == "lost_room":
+            print(f"[scale_panel] lost_room: {keep_lost_room(args.name) or 'not written (no records of the start)'}")
+            continue
         if part not in plan:
             print(f"[scale_panel] {part}: no official ALFWorld games here (set ALFWORLD_DATA); skipped")
             continue
@@ -105,6 +124,8 @@ def main() -> None:
         path = keep(args.name, part, folder)
         seconds_file.write_text(json.dumps(seconds, indent=2) + "\n")
         print(f"[scale_panel] {part}: {path} ({seconds[part] / 60:.1f} min)", flush=True)
+        if part == "greedy" and (example := keep_lost_room(args.name)):
+            print(f"[scale_panel] lost_room: {example}", flush=True)
 
 
 if __name__ == "__main__":

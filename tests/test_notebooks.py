@@ -94,6 +94,20 @@ def test_the_committed_notebooks_fit_their_size_budget():
     assert total <= outputs.MAX_TOTAL_BYTES, f"the notebooks take {total / 1e6:.2f} MB, over {outputs.MAX_TOTAL_BYTES / 1e6:.0f} MB"
 
 
+MAX_CELL_WORDS = 200
+MAX_NOTEBOOK_WORDS = {"05_ppo_loop.ipynb": 2600, "06_evaluation.ipynb": 2600}
+"""Prose a learner reads in one go: no markdown cell over 200 words, and the two longest stories (the
+training loop, evaluation) at about 2,500 words each."""
+
+
+@pytest.mark.parametrize("name", [n for n, _ in NOTEBOOKS])
+def test_prose_comes_in_short_cells(name):
+    words = [len("".join(c.source).split()) for c in read_notebook(name).cells if c.cell_type == "markdown"]
+    long = [(i, n) for i, n in enumerate(words) if n > MAX_CELL_WORDS]
+    assert not long, f"{name}: markdown cells (index among markdown cells, words) over {MAX_CELL_WORDS}: {long}"
+    assert sum(words) <= MAX_NOTEBOOK_WORDS.get(name, 3500), f"{name}: {sum(words)} markdown words"
+
+
 def test_lean_keeps_what_a_page_shows_and_drops_the_machine(tmp_path):
     """An executed notebook made lean: a progress bar's last state, paths relative to the repository,
     a widget's text fallback without its model (and none for a progress widget, frozen at 0%), every code cell stamped; problems() then finds nothing,
