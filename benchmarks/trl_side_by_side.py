@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -43,10 +42,6 @@ def config():
                   threads=int(os.environ.get("ALFRL_THREADS", "2")))
 
 
-def peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-
-
 def episodes(trajectories) -> list[dict]:
     return [{"game": t.game_id, "branch": t.branch, "tokens": t.tokens, "mask": t.mask, "logprobs": t.logprobs,
              "prompt_tokens": t.prompt_tokens, "won": t.won, "invalid": t.invalid} for t in trajectories]
@@ -61,7 +56,7 @@ def course_part(folder: Path) -> dict:
     import torch
 
     from alfrl.ppo import sequence_logprobs
-    from alfrl.train import load_for_training, train
+    from alfrl.train import load_for_training, peak_rss_gb, train
     from alfrl.trajectory import load_trajectories
     cfg = config()
     torch.set_num_threads(cfg.threads)
@@ -77,14 +72,14 @@ def course_part(folder: Path) -> dict:
     step = history[-1]
     return {"seconds": seconds, "rollout_seconds": step["rollout_seconds"], "update_seconds": step["update_seconds"],
             "loss": step["loss"], "grad_norm": step["grad_norm"], "tokens_trained": step["tokens_trained"],
-            "tokens_run": step["tokens_run"], "peak_gb": peak_gb(), "episodes": episodes(played),
+            "tokens_run": step["tokens_run"], "peak_gb": peak_rss_gb(), "episodes": episodes(played),
             "trainer_logprobs": trainer_rows}
 
 
 def trl_part(folder: Path, rows: int = 1) -> dict:
     import torch
 
-    from alfrl.train import training_games
+    from alfrl.train import peak_rss_gb, training_games
     from alfrl.trl_bridge import make_trainer
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg = config()
@@ -122,7 +117,7 @@ def trl_part(folder: Path, rows: int = 1) -> dict:
             "update_seconds": seconds - rollout.seconds, "loss": log["loss"], "grad_norm": log["grad_norm"],
             "tokens_trained": int(seen["batch"]["num_items_in_batch"]),
             "tokens_run": int(seen["batch"]["prompt_mask"].numel() + seen["batch"]["completion_mask"].numel()),
-            "peak_gb": peak_gb(), "rows_per_micro_batch": rows, "episodes": episodes(played),
+            "peak_gb": peak_rss_gb(), "rows_per_micro_batch": rows, "episodes": episodes(played),
             "trainer_logprobs": logprob_rows}
 
 
