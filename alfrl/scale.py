@@ -14,12 +14,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alfrl import TASK_TYPES
 from alfrl.checkpoint import read_jsonl
 from alfrl.eval_report import SHORT_TASK_NAMES, p_text
 from alfrl.eval_stats import paired_outcomes, sign_flip_test, wilson_interval
 from alfrl.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from alfrl.trajectory import Trajectory
 
 ARMS = ("grpo", "gigpo")
 LABELS = {"grpo": "GRPO", "gigpo": "GiGPO"}
@@ -48,7 +52,7 @@ class ScaleRun:
         path = self.root / "panel" / f"{name}_{part}.jsonl"
         return read_jsonl(path) if path.is_file() else []
 
-    def lost_room(self, name: str) -> list:
+    def lost_room(self, name: str) -> list[Trajectory]:
         """The start's won episode and ``name``'s lost one on the room of :func:`lost_room`, as trajectories
         (kept by ``scripts/scale_panel.py`` in ``panel/NAME_lost_room.jsonl.xz``)."""
         import lzma

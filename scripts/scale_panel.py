@@ -82,12 +82,15 @@ def keep(name: str, part: str, folder: Path) -> Path:
 
 
 def keep_lost_room(name: str) -> Path | None:
-    """Both episodes of the first room the start won and ``name`` lost (None for the start itself, or when the
-    start's full greedy records are not on this machine)."""
+    """Both episodes of the first room the start won and ``name`` lost (None for the start itself, when the
+    start's full greedy records are not on this machine, or when no such room exists)."""
     start = REPO_ROOT / "runs/scale_panel/start/greedy"
     if name == "start" or not (start / "records.jsonl").is_file():
         return None
-    pair = lost_room(read_records(start), read_records(REPO_ROOT / "runs/scale_panel" / name / "greedy"))
+    try:
+        pair = lost_room(read_records(start), read_records(REPO_ROOT / "runs/scale_panel" / name / "greedy"))
+    except ValueError:  # every room the start won is still won
+        return None
     path = PANEL / f"{name}_lost_room.jsonl.xz"
     with lzma.open(path, "wt") as f:
         f.writelines(json.dumps(record["trajectory"]) + "\n" for record in pair)
