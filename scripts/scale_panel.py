@@ -110,7 +110,7 @@ def main() -> None:
     seconds = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
     for part in args.parts:
         if part == "lost_room":
-            print(f"[scale_panel] lost_room: {keep_lost_room(args.name) or 'not written (no records of the start)'}")
+            print(f"[scale_panel] lost_room: {keep_lost_room(args.name) or 'not written (no start records here, or no room the start won was lost)'}")
             continue
         if part not in plan:
             print(f"[scale_panel] {part}: no official ALFWorld games here (set ALFWORLD_DATA); skipped")
