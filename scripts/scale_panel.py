@@ -4,7 +4,7 @@
     python scripts/scale_panel.py grpo_u10 data/scale/grpo/adapters/step_00010
 
 Three parts, each a command printed before it runs, each resumable (an interrupted part continues where
-it stopped when the same line is run again):
+it stopped when the same line is run again, and a finished one is not played twice):
 
 - greedy: every room of the panel (data/panel), temperature 0.01, seed 42, 10 turns;
 - official: ALFWorld's official valid_seen rooms as small as the training rooms, greedy the same way
@@ -13,11 +13,12 @@ it stopped when the same line is run again):
   (sampling seed 1 for every adapter: common random numbers).
 
 The full records go to ``runs/scale_panel/NAME/``; what is committed is small: each game's outcome
-(``data/scale/panel/NAME_greedy.jsonl``, ``NAME_official.jsonl``), each sampled game's wins
+and the actions it took (``data/scale/panel/NAME_greedy.jsonl``, ``NAME_official.jsonl``), each sampled game's wins
 (``NAME_sampled.jsonl``), the wall time of each part (``NAME_seconds.json``; a part that was resumed is
 marked, its time being that of the rest only) and, after the greedy part, one room the start won and NAME lost,
 both episodes in full (``NAME_lost_room.jsonl.xz``, read by notebook 06; ``--parts lost_room`` writes only it).
-``scripts/scale_report.py`` turns them into the tables and the learning curve.
+``scripts/scale_report.py`` turns them into the tables and the learning curve. ``--rewrite`` plays nothing and
+writes the committed files again from the full records (when their format changes).
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ def keep(name: str, part: str, folder: Path) -> Path:
     if part == "sampled":
         rows = [{"checkpoint": name, "game_id": r["game_id"], "task_type": r["task_type"], "wins": r["wins"],
                  "k": r["k"]} for r in read_jsonl(folder / "profile.jsonl")]
-    else:
-        rows = outcomes(read_records(folder), name)
+    else:  # each game's outcome and the actions it took (None for an invalid turn)
+        records = read_records(folder)
+        rows = [{**row, "actions": [turn["action"] for turn in record["trajectory"]["turns"]]}
+                for row, record in zip(outcomes(records, name), records)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -104,7 +107,16 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", default=["greedy", "official", "sampled"],
                         choices=["greedy", "official", "sampled", "lost_room"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rewrite", action="store_true",
+                        help="play nothing: write the committed files of the parts already played again, from "
+                             "the full records in runs/scale_panel/NAME (after their format changes)")
     args = parser.parse_args()
+    if args.rewrite:
+        for part in args.parts:
+            folder = REPO_ROOT / "runs/scale_panel" / args.name / part
+            done = (folder / ("profile.jsonl" if part == "sampled" else "records.jsonl")).is_file()
+            print(f"[scale_panel] {part}: {keep(args.name, part, folder) if done else f'not played here ({folder})'}")
+        return
     plan = commands(args.name, args.adapter, args.threads)
     seconds_file = PANEL / f"{args.name}_seconds.json"
     seconds = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
@@ -116,16 +128,20 @@ def main() -> None:
             print(f"[scale_panel] {part}: no official ALFWorld games here (set ALFWORLD_DATA); skipped")
             continue
         command = plan[part]
-        print(f"[scale_panel] {part}: {shlex.join(command)}", flush=True)
         folder = Path(command[command.index("--out") + 1])
-        resumed = folder.is_dir()
-        tick = time.time()
-        subprocess.run(command, cwd=REPO_ROOT, check=True)
-        seconds[part] = round(time.time() - tick, 1)
-        if resumed:  # the time of the rest only
-            seconds[f"{part}_resumed"] = True
+        if part in seconds and folder.is_dir():  # finished here before: its wall time stays that of its play
+            print(f"[scale_panel] {part}: already played ({seconds[part] / 60:.1f} min); delete {folder} to play "
+                  "it again", flush=True)
+        else:
+            print(f"[scale_panel] {part}: {shlex.join(command)}", flush=True)
+            resumed = folder.is_dir()
+            tick = time.time()
+            subprocess.run(command, cwd=REPO_ROOT, check=True)
+            seconds[part] = round(time.time() - tick, 1)
+            if resumed:  # the time of the rest only
+                seconds[f"{part}_resumed"] = True
+            seconds_file.write_text(json.dumps(seconds, indent=2) + "\n")
         path = keep(args.name, part, folder)
-        seconds_file.write_text(json.dumps(seconds, indent=2) + "\n")
         print(f"[scale_panel] {part}: {path} ({seconds[part] / 60:.1f} min)", flush=True)
         if part == "greedy" and (example := keep_lost_room(args.name)):
             print(f"[scale_panel] lost_room: {example}", flush=True)

@@ -15,8 +15,8 @@ import argparse
 from pathlib import Path
 
 from alfrl.paths import REPO_ROOT
-from alfrl.scale import (ScaleRun, arm_rows, cost_lines, markdown_table, origin_rows, plot_curve, summary_rows,
-                         task_rows)
+from alfrl.scale import (ScaleRun, arm_rows, cost_lines, detour_rows, markdown_table, origin_rows, plot_curve,
+                         summary_rows, task_rows)
 
 
 def figure(run: ScaleRun, path: Path) -> None:
@@ -34,6 +34,9 @@ def report(run: ScaleRun, figure_name: str = "scale.png") -> str:
     """The report's markdown, from the committed files under ``run.root``."""
     heads = arm_rows(run)
     head_to_head = markdown_table(heads) if heads else "No update has been played by both arms yet."
+    detours = "\n\n".join(f"{label}:\n\n{markdown_table(rows)}" for label, rows in
+                           (("Panel, greedy", detour_rows(run, "greedy")),
+                            ("Official valid_seen", detour_rows(run, "official"))) if rows)
     costs = "\n".join(f"- {line}" for line in cost_lines(run)) or "- no update yet"
     return f"""# The scale run on its pre-registered panel
 
@@ -59,6 +62,12 @@ The same greedy panel in its two parts (a split the pre-registration did not pla
 rooms were played when the warm starts were compared; the new ones never before the run; two-sided sign tests):
 
 {markdown_table(origin_rows(run))}
+
+Where each checkpoint first went with the object it took, on the pick-and-place rooms (read from the committed
+actions by `alfrl.scale.first_stop`; descriptive, a look the pre-registration did not plan). A sinkbasin that is not
+the goal is where the clean task goes next; a pick-and-place room never needs one:
+
+{detours}
 
 ![panel success by episodes trained]({figure_name})
 

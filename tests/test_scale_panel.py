@@ -1,0 +1,76 @@
+"""scripts/scale_panel.py's committed files: each game's outcome with the actions it took, written again by
+``--rewrite`` from the full records without playing, and a finished part never played (or timed) twice."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from alfrl.paths import REPO_ROOT
+from alfrl.scale import PARTS, ScaleRun
+
+
+@pytest.fixture
+def panel(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("scale_panel", REPO_ROOT / "scripts/scale_panel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(module, "PANEL", tmp_path / "data/scale/panel")
+    monkeypatch.setattr(module, "SAMPLED_GAMES", tmp_path / "data/scale/panel_sampled100.txt")
+    return module
+
+
+def record(game_id: str, won: bool, actions: list[str | None]) -> dict:
+    return {"split": "valid_unseen", "game_id": game_id, "task_type": game_id.split("-")[0], "won": won,
+            "steps": len(actions), "invalid": actions.count(None), "end_reason": "won" if won else "max_steps",
+            "trajectory": {"turns": [{"action": a, "reply": "..."} for a in actions]}}
+
+
+def write_records(folder, records) -> None:
+    folder.mkdir(parents=True)
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_keep_writes_each_games_outcome_and_actions(panel, tmp_path):
+    folder = tmp_path / "runs/scale_panel/grpo_u5/greedy"
+    write_records(folder, [record("pick_and_place_simple-Pen-None-Desk-1/t", True, ["look", "take pen 1 from bed 1"]),
+                           record("look_at_obj_in_light-Pen-None-DeskLamp-2/t", False, [None, "go to desk 1"])])
+    path = panel.keep("grpo_u5", "greedy", folder)
+    assert path == tmp_path / "data/scale/panel/grpo_u5_greedy.jsonl"
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"checkpoint": "grpo_u5", "split": "valid_unseen", "game_id": "pick_and_place_simple-Pen-None-Desk-1/t",
+         "task_type": "pick_and_place_simple", "won": True, "steps": 2, "invalid": 0, "end_reason": "won",
+         "actions": ["look", "take pen 1 from bed 1"]},
+        {"checkpoint": "grpo_u5", "split": "valid_unseen", "game_id": "look_at_obj_in_light-Pen-None-DeskLamp-2/t",
+         "task_type": "look_at_obj_in_light", "won": False, "steps": 2, "invalid": 1, "end_reason": "max_steps",
+         "actions": [None, "go to desk 1"]}]
+
+
+def test_rewrite_plays_nothing_and_a_finished_part_is_not_played_again(panel, tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "runs/scale_panel/grpo_u5/greedy"
+    write_records(folder, [record("pick_and_place_simple-Pen-None-Desk-1/t", True, ["look"])])
+    monkeypatch.setattr(panel.subprocess, "run", lambda *a, **k: pytest.fail("a finished part was played again"))
+    monkeypatch.setattr(sys, "argv", ["scale_panel.py", "grpo_u5", "x", "--rewrite", "--parts", "greedy", "sampled"])
+    panel.main()
+    out = capsys.readouterr().out
+    assert "grpo_u5_greedy.jsonl" in out and "sampled: not played here" in out
+    seconds = tmp_path / "data/scale/panel/grpo_u5_seconds.json"
+    seconds.write_text(json.dumps({"greedy": 600.0}))
+    monkeypatch.setattr(sys, "argv", ["scale_panel.py", "grpo_u5", "x", "--parts", "greedy"])
+    panel.main()
+    assert "greedy: already played (10.0 min)" in capsys.readouterr().out
+    assert json.loads(seconds.read_text()) == {"greedy": 600.0}
+
+
+def test_every_committed_greedy_record_keeps_the_actions_it_took():
+    run = ScaleRun()
+    names = [p.name.rsplit("_", 1)[0] for p in (run.root / "panel").glob("*_official.jsonl")]
+    assert "start" in names
+    for name in names:
+        for part in PARTS[:2]:
+            for r in run.results(name, part):
+                assert len(r["actions"]) == r["steps"] and r["actions"].count(None) <= r["invalid"], (name, r)
