@@ -36,7 +36,8 @@ def report(run: ScaleRun, figure_name: str = "scale.png") -> str:
     head_to_head = markdown_table(heads) if heads else "No update has been played by both arms yet."
     detours = "\n\n".join(f"{label}:\n\n{markdown_table(rows)}" for label, rows in
                            (("Panel, greedy", detour_rows(run, "greedy")),
-                            ("Official valid_seen", detour_rows(run, "official"))) if rows)
+                            ("Official valid_seen", detour_rows(run, "official"))) if rows) \
+        or "No checkpoint's committed records keep their actions yet."
     costs = "\n".join(f"- {line}" for line in cost_lines(run)) or "- no update yet"
     return f"""# The scale run on its pre-registered panel
 

@@ -145,6 +145,14 @@ def test_detour_rows_count_each_checkpoints_first_stops_on_pick_and_place(run, t
          "then elsewhere": 1, "took, never moved": 0, "took nothing": 0}]
 
 
+def test_the_report_says_when_no_records_keep_their_actions(run):
+    spec = importlib.util.spec_from_file_location("scale_report", REPO_ROOT / "scripts/scale_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = module.report(run)
+    assert "No checkpoint's committed records keep their actions yet." in text
+
+
 def test_markdown_table():
     assert markdown_table([{"a": 1, "b": "x"}, {"a": 2, "b": ""}]) == "| a | b |\n|---|---|\n| 1 | x |\n| 2 |  |"
 
