@@ -23,6 +23,13 @@ def game_id(room: str, task: str, origin: str) -> str:
     return f"{task}-X-None-Y-30{ord(room) % 10}/trial_alfrl{origin}valid_unseen_{room}"
 
 
+def report_script():
+    spec = importlib.util.spec_from_file_location("scale_report", REPO_ROOT / "scripts/scale_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def write_jsonl(path, rows) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -146,9 +153,7 @@ def test_detour_rows_count_each_checkpoints_first_stops_on_pick_and_place(run, t
 
 
 def test_the_report_says_when_no_records_keep_their_actions(run):
-    spec = importlib.util.spec_from_file_location("scale_report", REPO_ROOT / "scripts/scale_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = report_script()
     text = module.report(run)
     assert "No checkpoint's committed records keep their actions yet." in text
 
@@ -159,9 +164,7 @@ def test_markdown_table():
 
 def test_the_committed_report_is_what_the_committed_files_give():
     """data/results/scale.md is regenerated whenever the panel or an arm's metrics change."""
-    spec = importlib.util.spec_from_file_location("scale_report", REPO_ROOT / "scripts/scale_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = report_script()
     committed = (REPO_ROOT / "data/results/scale.md").read_text()
     assert module.report(ScaleRun()) == committed, "run: python scripts/scale_report.py"
     start = ScaleRun().results("start", "greedy")
