@@ -10,7 +10,8 @@ in. Each is read from the episode's own turns (an evaluation record carries its 
   the same command again);
 - **out of steps**: it was still playing when the turn limit ended it (``end_reason`` "max_steps").
 
-An episode can fail in several ways at once; :func:`failure_shares` gives each one's share of the
+:func:`first_stop` says where an episode carried the object it took (the goal, or a sinkbasin a clean task
+would visit next). An episode can fail in several ways at once; :func:`failure_shares` gives each one's share of the
 lost episodes.
 
 Taught in notebook 06 (the failed episodes).
@@ -23,13 +24,23 @@ LOOP_WINDOW = 6
 MODES = ("wrong object", "took nothing", "loop", "out of steps")
 
 
+def _id_parts(game_id: str) -> list[str]:
+    parts = game_id.split("/")[0].split("-")
+    if len(parts) < 5:
+        raise ValueError(f"{game_id!r} is not an ALFWorld game id (<task>-<Object>-<Movable>-<Receptacle>-<scene>)")
+    return parts
+
+
 def task_object(game_id: str) -> str:
     """The task's object type, lower case as actions spell it: "mug" for
     ``pick_and_place_simple-Mug-None-Desk-301/trial_...``."""
-    parts = game_id.split("/")[0].split("-")
-    if len(parts) < 4:
-        raise ValueError(f"{game_id!r} is not an ALFWorld game id (<task>-<Object>-<Movable>-<Receptacle>-<scene>)")
-    return parts[1].lower()
+    return _id_parts(game_id)[1].lower()
+
+
+def goal_receptacle(game_id: str) -> str:
+    """The kind of receptacle the task's object goes to, lower case as actions spell it: "desk" for
+    ``pick_and_place_simple-Mug-None-Desk-301/trial_...``."""
+    return _id_parts(game_id)[3].lower()
 
 
 def first_taken(actions: list[str | None]) -> str | None:
@@ -39,6 +50,21 @@ def first_taken(actions: list[str | None]) -> str | None:
         if len(words) >= 2 and words[0] == "take":
             return words[1]
     return None
+
+
+def first_stop(actions: list[str | None], goal: str) -> str:
+    """Where an episode went first once it held an object: "goal" (a receptacle of the ``goal`` kind),
+    "sinkbasin" (a clean task's next stop), "elsewhere", "stayed" (it took something and went nowhere after)
+    or "never took". Pass the turns that moved the game (None for the others; they are skipped)."""
+    holding = False
+    for action in actions:
+        words = (action or "").split()
+        if words[:1] == ["take"]:
+            holding = True
+        elif holding and words[:2] == ["go", "to"]:
+            place = " ".join(words[2:-1])  # "go to sinkbasin 1" -> "sinkbasin"
+            return "goal" if place == goal else "sinkbasin" if place == "sinkbasin" else "elsewhere"
+    return "stayed" if holding else "never took"
 
 
 def failure_modes(game_id: str, actions: list[str | None], end_reason: str) -> dict[str, bool]:

@@ -20,6 +20,7 @@ from alfrl import TASK_TYPES
 from alfrl.checkpoint import read_jsonl
 from alfrl.eval_report import SHORT_TASK_NAMES, p_text
 from alfrl.eval_stats import paired_outcomes, sign_flip_test, wilson_interval
+from alfrl.failures import first_stop, goal_receptacle
 from alfrl.paths import REPO_ROOT
 
 if TYPE_CHECKING:
@@ -210,41 +211,17 @@ def cost_lines(run: ScaleRun) -> list[str]:
     return lines
 
 
-def goal_receptacle(game_id: str) -> str:
-    """The kind of receptacle a game's goal names, from its ALFWorld id
-    (``pick_and_place_simple-SprayBottle-None-Toilet-415/trial_...`` -> ``toilet``)."""
-    parts = game_id.split("/")[0].split("-")
-    if len(parts) < 5:
-        raise ValueError(f"not an ALFWorld game id (TASK-Object-Mrecep-Receptacle-scene/trial): {game_id!r}")
-    return parts[3].lower()
-
-
-def first_stop(actions: list[str | None], goal: str) -> str:
-    """Where an episode went first once it held an object: ``goal`` (a receptacle of the goal's kind), ``sinkbasin``
-    (the clean task's stop), ``elsewhere``, ``stayed`` (it took something and never went anywhere after) or
-    ``never took``. Invalid turns (None) are skipped."""
-    holding = False
-    for action in actions:
-        if action is None:
-            continue
-        if action.startswith("take "):
-            holding = True
-        elif holding and action.startswith("go to "):
-            place = action[len("go to "):].rsplit(" ", 1)[0]
-            return "goal" if place == goal else "sinkbasin" if place == "sinkbasin" else "elsewhere"
-    return "stayed" if holding else "never took"
-
-
 DETOUR_TASK = "pick_and_place_simple"
 STOPS = {"goal": "then to the goal", "sinkbasin": "then to a sinkbasin", "elsewhere": "then elsewhere",
          "stayed": "took, never moved", "never took": "took nothing"}
-"""The columns of :func:`detour_rows`, one per outcome of :func:`first_stop`."""
+"""The columns of :func:`detour_rows`, one per outcome of :func:`alfrl.failures.first_stop`."""
 
 
 def detour_rows(run: ScaleRun, part: str) -> list[dict]:
     """On one part's pick-and-place rooms, where each checkpoint first went with the object it took (counts of
-    :func:`first_stop`), beside the rooms won: RL's habit of taking a picked-up object to a sinkbasin, the clean
-    task's next stop, shows here. Checkpoints whose committed records keep no ``actions`` are left out."""
+    :func:`alfrl.failures.first_stop`), beside the rooms won: RL's habit of taking a picked-up object to a
+    sinkbasin, the clean task's next stop, shows here. Checkpoints whose committed records keep no ``actions``
+    are left out."""
     rows = []
     for name in run.checkpoints():
         records = [r for r in run.results(name, part) if r["task_type"] == DETOUR_TASK]

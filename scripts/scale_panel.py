@@ -76,9 +76,9 @@ def keep(name: str, part: str, folder: Path) -> Path:
     if part == "sampled":
         rows = [{"checkpoint": name, "game_id": r["game_id"], "task_type": r["task_type"], "wins": r["wins"],
                  "k": r["k"]} for r in read_jsonl(folder / "profile.jsonl")]
-    else:  # each game's outcome and the actions it took (None for an invalid turn)
+    else:  # each game's outcome and its actions (None for a turn that did not move the game)
         records = read_records(folder)
-        rows = [{**row, "actions": [turn["action"] for turn in record["trajectory"]["turns"]]}
+        rows = [{**row, "actions": [t["action"] if t["admissible"] else None for t in record["trajectory"]["turns"]]}
                 for row, record in zip(outcomes(records, name), records)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

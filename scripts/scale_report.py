@@ -65,7 +65,7 @@ rooms were played when the warm starts were compared; the new ones never before 
 {markdown_table(origin_rows(run))}
 
 Where each checkpoint first went with the object it took, on the pick-and-place rooms (read from the committed
-actions by `alfrl.scale.first_stop`; descriptive, a look the pre-registration did not plan). A sinkbasin that is not
+actions by `alfrl.failures.first_stop`; descriptive, a look the pre-registration did not plan). A sinkbasin that is not
 the goal is where the clean task goes next; a pick-and-place room never needs one:
 
 {detours}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from alfrl.failures import LOOP_WINDOW, failure_modes, failure_shares, task_object
+from alfrl.failures import LOOP_WINDOW, failure_modes, failure_shares, first_stop, goal_receptacle, task_object
 
 GAME = "pick_and_place_simple-Mug-None-Desk-301/trial_alfrl_s0_train_00001"
 
@@ -14,6 +14,19 @@ def test_the_task_object_comes_from_the_game_id():
     assert task_object("look_at_obj_in_light-AlarmClock-None-DeskLamp-302/trial_T2019") == "alarmclock"
     with pytest.raises(ValueError, match="not an ALFWorld game id"):
         task_object("my-game")
+
+
+def test_first_stop_is_where_the_object_went_first():
+    assert goal_receptacle("pick_and_place_simple-SprayBottle-None-Toilet-415/trial_T2019") == "toilet"
+    with pytest.raises(ValueError, match="not an ALFWorld game id"):
+        goal_receptacle("room-7")
+    took = ["look", "go to toilet 1", "take spraybottle 3 from toilet 1"]
+    assert first_stop(took + ["go to cabinet 1", "move spraybottle 3 to cabinet 1"], "cabinet") == "goal"
+    assert first_stop(took + [None, "go to sinkbasin 2", "go to cabinet 1"], "cabinet") == "sinkbasin"
+    assert first_stop(took + ["go to garbagecan 1"], "cabinet") == "elsewhere"
+    assert first_stop(took + ["inventory"], "cabinet") == "stayed"
+    assert first_stop(["look", "go to sinkbasin 1", None], "cabinet") == "never took"
+    assert first_stop(took + ["go to sinkbasin 1"], "sinkbasin") == "goal"
 
 
 def test_modes_of_hand_built_episodes():

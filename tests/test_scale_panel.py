@@ -1,4 +1,4 @@
-"""scripts/scale_panel.py's committed files: each game's outcome with the actions it took, written again by
+"""scripts/scale_panel.py's committed files: each game's outcome with the actions that moved it, written again by
 ``--rewrite`` from the full records without playing, and a finished part never played (or timed) twice."""
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ def panel(tmp_path, monkeypatch):
     return module
 
 
-def record(game_id: str, won: bool, actions: list[str | None]) -> dict:
+def record(game_id: str, won: bool, actions: list[str | None], inadmissible: tuple[str, ...] = ()) -> dict:
     return {"split": "valid_unseen", "game_id": game_id, "task_type": game_id.split("-")[0], "won": won,
-            "steps": len(actions), "invalid": actions.count(None), "end_reason": "won" if won else "max_steps",
-            "trajectory": {"turns": [{"action": a, "reply": "..."} for a in actions]}}
+            "steps": len(actions), "invalid": actions.count(None) + len(inadmissible),
+            "end_reason": "won" if won else "max_steps",
+            "trajectory": {"turns": [{"action": a, "admissible": a is not None and a not in inadmissible,
+                                      "reply": "..."} for a in actions]}}
 
 
 def write_records(folder, records) -> None:
@@ -38,7 +40,8 @@ def write_records(folder, records) -> None:
 def test_keep_writes_each_games_outcome_and_actions(panel, tmp_path):
     folder = tmp_path / "runs/scale_panel/grpo_u5/greedy"
     write_records(folder, [record("pick_and_place_simple-Pen-None-Desk-1/t", True, ["look", "take pen 1 from bed 1"]),
-                           record("look_at_obj_in_light-Pen-None-DeskLamp-2/t", False, [None, "go to desk 1"])])
+                           record("look_at_obj_in_light-Pen-None-DeskLamp-2/t", False,
+                                  [None, "go to desk 9", "go to desk 1"], inadmissible=("go to desk 9",))])
     path = panel.keep("grpo_u5", "greedy", folder)
     assert path == tmp_path / "data/scale/panel/grpo_u5_greedy.jsonl"
     assert [json.loads(line) for line in path.read_text().splitlines()] == [
@@ -46,8 +49,8 @@ def test_keep_writes_each_games_outcome_and_actions(panel, tmp_path):
          "task_type": "pick_and_place_simple", "won": True, "steps": 2, "invalid": 0, "end_reason": "won",
          "actions": ["look", "take pen 1 from bed 1"]},
         {"checkpoint": "grpo_u5", "split": "valid_unseen", "game_id": "look_at_obj_in_light-Pen-None-DeskLamp-2/t",
-         "task_type": "look_at_obj_in_light", "won": False, "steps": 2, "invalid": 1, "end_reason": "max_steps",
-         "actions": [None, "go to desk 1"]}]
+         "task_type": "look_at_obj_in_light", "won": False, "steps": 3, "invalid": 2, "end_reason": "max_steps",
+         "actions": [None, None, "go to desk 1"]}]
 
 
 def test_rewrite_plays_nothing_and_a_finished_part_is_not_played_again(panel, tmp_path, monkeypatch, capsys):
@@ -73,4 +76,4 @@ def test_every_committed_greedy_record_keeps_the_actions_it_took():
     for name in names:
         for part in PARTS[:2]:
             for r in run.results(name, part):
-                assert len(r["actions"]) == r["steps"] and r["actions"].count(None) <= r["invalid"], (name, r)
+                assert len(r["actions"]) == r["steps"] and r["actions"].count(None) == r["invalid"], (name, r)

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from alfrl.paths import REPO_ROOT
-from alfrl.scale import (ScaleRun, arm_rows, cost_lines, curve, detour_rows, first_stop, goal_receptacle, lost_room,
-                         markdown_table, origin_rows, summary_rows, task_rows)
+from alfrl.scale import (ScaleRun, arm_rows, cost_lines, curve, detour_rows, lost_room, markdown_table, origin_rows,
+                         summary_rows, task_rows)
 
 ROOMS = [("a", "pick_and_place_simple", "_s1_"), ("b", "pick_and_place_simple", "_s3_"),
          ("c", "look_at_obj_in_light", "_s1_"), ("d", "look_at_obj_in_light", "_s3_"),
@@ -117,19 +117,6 @@ def test_curve_and_costs(run):
     assert grpo.startswith("grpo: 12 updates, 96 episodes trained of 192 played, 0.2 h (125 min per 1,000 trained "
                            "episodes, 62 per 1,000 played); 12 of 24 played groups taught (50%)")
     assert grpo.endswith("0.51 (update 1) -> 0.62 (update 12)")
-
-
-def test_first_stop_is_where_the_object_went_first():
-    assert goal_receptacle("pick_and_place_simple-SprayBottle-None-Toilet-415/trial_T2019") == "toilet"
-    with pytest.raises(ValueError, match="not an ALFWorld game id"):
-        goal_receptacle("room-7")
-    took = ["look", "go to toilet 1", "take spraybottle 3 from toilet 1"]
-    assert first_stop(took + ["go to cabinet 1", "move spraybottle 3 to cabinet 1"], "cabinet") == "goal"
-    assert first_stop(took + [None, "go to sinkbasin 2", "go to cabinet 1"], "cabinet") == "sinkbasin"
-    assert first_stop(took + ["go to garbagecan 1"], "cabinet") == "elsewhere"
-    assert first_stop(took + ["inventory"], "cabinet") == "stayed"
-    assert first_stop(["look", "go to sinkbasin 1", None], "cabinet") == "never took"
-    assert first_stop(took + ["go to sinkbasin 1"], "sinkbasin") == "goal"
 
 
 def test_detour_rows_count_each_checkpoints_first_stops_on_pick_and_place(run, tmp_path):
