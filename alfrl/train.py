@@ -50,14 +50,27 @@ from alfrl.vllm_engine import serve_weights, start_for
 
 def training_games(config: TrainConfig) -> list:
     """The games a run trains on, in the order it plays them: the split's games after the filters, shuffled
-    by the run's seed; with ``pool``, only the pool's practised games (:mod:`alfrl.practice`), shuffled too."""
-    if config.pool is None:
-        return load_games(config.split, config.data_dir, seed=config.seed, max_expert_steps=config.max_expert_steps,
+    by the run's seed, then ``more_data_dir``'s the same way; with ``pool``, only the pool's practised games
+    (:mod:`alfrl.practice`), shuffled too."""
+    if config.pool is not None:
+        if config.more_data_dir:
+            raise ValueError("--pool trains on its practised games alone, so --more-data-dir adds nothing: leave "
+                             "one of them out")
+        from alfrl.practice import read_pool, resolve_pool, select_games
+        games = select_games(config.split, config.data_dir, read_pool(resolve_pool(config.pool))["practice"],
+                             config.max_expert_steps, config.max_receptacles)
+        return shuffled(games, config.seed)
+
+    def split_of(folder: str | None) -> list:
+        return load_games(config.split, folder, seed=config.seed, max_expert_steps=config.max_expert_steps,
                           max_receptacles=config.max_receptacles)
-    from alfrl.practice import read_pool, resolve_pool, select_games
-    games = select_games(config.split, config.data_dir, read_pool(resolve_pool(config.pool))["practice"],
-                         config.max_expert_steps, config.max_receptacles)
-    return shuffled(games, config.seed)
+
+    games, more = split_of(config.data_dir), split_of(config.more_data_dir) if config.more_data_dir else []
+    shared = sorted({g.game_id for g in games} & {g.game_id for g in more})
+    if shared:
+        raise ValueError(f"{len(shared)} games of --more-data-dir {config.more_data_dir} are in --data-dir too "
+                         f"(first: {shared[0]}); it must hold new games (generate them with another --seed)")
+    return games + more
 
 
 def games_for_update(games: list, step: int, per_update: int) -> list:

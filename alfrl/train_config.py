@@ -48,6 +48,9 @@ class TrainConfig:
     """Alpha of a fresh LoRA adapter."""
     data_dir: str | None = None
     """Games folder (default: the committed generated games)."""
+    more_data_dir: str | None = None
+    """A second games folder, played in its own seeded order after every game of data_dir: a long run that
+    outgrows its rooms gets new ones, and the rooms it has played keep their places. None: data_dir only."""
     split: str = "train"
     """Split the training games come from."""
     pool: str | None = None

@@ -7,12 +7,19 @@
     python scripts/make_scale_data.py --train data/expert/train.jsonl.xz /tmp/gen/train4_pack/train.jsonl.xz \\
         --panel data/heldout/valid_unseen.jsonl.xz /tmp/gen/panel3_pack/valid_unseen.jsonl.xz
 
+and, for the continued arm's updates past the 909 training rooms (PREREGISTRATION.md, amendment 3)::
+
+    python -m alfrl generate --out /tmp/gen/train5 --splits train --n 1500 --seed 5 \\
+        --size-max-receptacles 16 --pack-dir /tmp/gen/train5_pack
+    python scripts/make_scale_data.py --more-train /tmp/gen/train5_pack/train.jsonl.xz
+
 Every pack was generated with the same settings (``--size-max-receptacles 16``; train from ALFWorld's training
 floor plans, valid_unseen from its held-out ones), and both sides keep only the small rooms the cpu presets play
 (the expert wins in at most 8 steps, at most 20 receptacles). Writes ``data/rl_rooms/train.jsonl.xz`` (the
-training rooms), ``data/panel/valid_unseen.jsonl.xz`` (the held-out panel), and in ``data/scale/`` the panel's
+training rooms), ``data/rl_rooms_more/train.jsonl.xz`` (the rooms played after those, ``more_data_dir``),
+``data/panel/valid_unseen.jsonl.xz`` (the held-out panel), and in ``data/scale/`` the panel's
 game list and its fixed 100-room subset for the sampled evaluation; it refuses if any game id, task id or floor
-plan is on both sides.
+plan is on both sides, or if a game of the later training rooms is among the first.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ def small_records(packs: list[Path], split: str) -> list[dict]:
 
 
 TRAIN_PACK = REPO_ROOT / "data/rl_rooms/train.jsonl.xz"
+MORE_PACK = REPO_ROOT / "data/rl_rooms_more/train.jsonl.xz"
 PANEL_PACK = REPO_ROOT / "data/panel/valid_unseen.jsonl.xz"
 
 
@@ -75,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", nargs="+", type=Path, help="packs of generated train games")
     parser.add_argument("--panel", nargs="+", type=Path, help="packs of generated valid_unseen games")
+    parser.add_argument("--more-train", nargs="+", type=Path, help="packs of train games played after --train's")
     args = parser.parse_args()
     if args.panel:
         panel = small_records(args.panel, "valid_unseen")
@@ -87,10 +96,13 @@ def main() -> None:
         (scale / "panel_sampled100.txt").write_text("".join(f"{g}\n" for g in sampled))
     if args.train:
         write_renumbered(small_records(args.train, "train"), TRAIN_PACK)
-    train = read_pack(TRAIN_PACK) if TRAIN_PACK.is_file() else []
-    panel = read_pack(PANEL_PACK) if PANEL_PACK.is_file() else []
-    check_apart(train, panel)
-    for name, records in (("training rooms", train), ("panel rooms", panel)):
+    if args.more_train:
+        write_renumbered(small_records(args.more_train, "train"), MORE_PACK)
+    train, more, panel = (read_pack(p) if p.is_file() else [] for p in (TRAIN_PACK, MORE_PACK, PANEL_PACK))
+    if {game_id(r) for r in train} & {game_id(r) for r in more}:
+        raise SystemExit(f"{MORE_PACK} repeats games of {TRAIN_PACK}; generate its games with another --seed")
+    check_apart(train + more, panel)
+    for name, records in (("training rooms", train), ("later training rooms", more), ("panel rooms", panel)):
         types = Counter(r["task_type"] for r in records)
         print(f"{name}: {len(records)} in {len({r['scene'] for r in records})} floor plans; "
               + ", ".join(f"{t} {n}" for t, n in sorted(types.items())))

@@ -19,6 +19,7 @@ trajectories stay out (``.gitignore``), so an arm resumes exactly only on the ma
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 from alfrl.checkpoint import latest_checkpoint
 from alfrl.models import cast_adapter
 from alfrl.paths import REPO_ROOT
+from alfrl.train_config import preset
 
 ARMS = ("grpo", "gigpo")
 MILESTONES = (10, 20, 40, 80)
@@ -41,6 +43,22 @@ def run_dir(arm: str) -> Path:
 def updates_done(arm: str) -> int:
     checkpoint = latest_checkpoint(run_dir(arm)) if (run_dir(arm) / "config.json").is_file() else None
     return int(checkpoint.name.split("_")[-1]) if checkpoint else 0
+
+
+def add_more_rooms(arm: str) -> bool:
+    """Amendment 3 of PREREGISTRATION.md, before an arm's update 41: its saved config gets the scale preset's
+    ``more_data_dir``, the rooms it plays once the 909 of data/rl_rooms are used up (the rooms before keep their
+    places). Returns whether the config changed."""
+    path = run_dir(arm) / "config.json"
+    saved = json.loads(path.read_text())
+    more = preset("scale").more_data_dir
+    if saved.get("more_data_dir") == more:
+        return False
+    saved["more_data_dir"] = more
+    path.write_text(json.dumps(saved, indent=2))
+    print(f"[scale_run] {arm}: after update 40 the rooms of {more} follow those of {saved['data_dir']} "
+          f"(PREREGISTRATION.md, amendment 3)", flush=True)
+    return True
 
 
 def train_command(arm: str, until: int, threads: int) -> list[str]:
@@ -87,6 +105,8 @@ def main() -> None:
                 continue
             # stop at a milestone, so its adapter is kept before the next checkpoint replaces it
             until = min(done + args.chunk, args.until, min(m for m in (*MILESTONES, args.until) if m > done))
+            if done >= MILESTONES[-2]:
+                add_more_rooms(arm)
             command = train_command(arm, until, args.threads)
             print(f"[scale_run] {arm}: {shlex.join(command)}", flush=True)
             subprocess.run(command, cwd=REPO_ROOT, check=True)

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from alfrl.checkpoint import RunDirError, checkpoints, prepare_run_dir, read_jsonl
+from alfrl.paths import REPO_ROOT
 from alfrl.protocol import ChatFormat
 from alfrl.scripted import ScriptedSession, expert_replies
 from alfrl.tracking import read_tensorboard, scalars
 from alfrl.train import (PRESETS, TrainConfig, check_config, games_at, games_for_update, play_update, preset,
-                         train)
+                         train, training_games)
 
 SPLIT = "valid_seen"
 
@@ -88,6 +89,23 @@ def test_cpu_preset_is_built_for_a_learning_signal():
 def test_games_cycle_through_the_shuffled_list():
     games = list("abcde")
     assert [games_for_update(games, s, 2) for s in (1, 2, 3)] == [["a", "b"], ["c", "d"], ["e", "a"]]
+
+
+def test_more_data_dir_follows_data_dir_in_its_own_order(tiny_games):
+    """A run that outgrows its rooms plays a second folder's after them: the first folder's keep their places."""
+    from alfrl.games import load_games
+
+    rooms = REPO_ROOT / "data/rl_rooms"
+    config = replace(preset("cpu"), data_dir=str(tiny_games.root), more_data_dir=str(rooms), max_expert_steps=None,
+                     max_receptacles=None, seed=3)
+    alone = [g.game_id for g in training_games(replace(config, more_data_dir=None))]
+    more = [g.game_id for g in load_games("train", rooms, seed=3)]
+    assert [g.game_id for g in training_games(config)] == alone + more
+    assert len(alone) == 6 and len(more) > 6
+    with pytest.raises(ValueError, match="games of --more-data-dir .* are in --data-dir too"):
+        training_games(replace(config, data_dir=str(rooms)))
+    with pytest.raises(ValueError, match="--pool trains on its practised games alone"):
+        training_games(replace(config, pool="data/practice/pool.json"))
 
 
 def test_cli_help_lists_every_field():
