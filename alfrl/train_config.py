@@ -259,11 +259,12 @@ def practice_preset(native_bf16: bool) -> dict:
 def scale_preset(native_bf16: bool) -> dict:
     """The scale preset: the cpu preset's rollouts at the reference run's size, 8 trained groups of 8 an update
     for 80 updates (5,120 trained episodes), from the default warm start. Every update plays fresh rooms: the
-    next ones of data/rl_rooms (small generated train rooms, never a held-out one), 8 at first and more, 2 at a
-    time, until 8 groups have a reward spread (DAPO's dynamic sampling) or 16 were played. One checkpoint is
-    kept and no tracker writes (a long run's disk stays small);
+    next ones of data/rl_rooms, then of data/rl_rooms_more (small generated train rooms, never a held-out one),
+    8 at first and more, 2 at a time, until 8 groups have a reward spread (DAPO's dynamic sampling) or 16 were
+    played. One checkpoint is kept and no tracker writes (a long run's disk stays small);
     scripts/scale_run.py drives its two arms (--credit grpo and gigpo) and docs/results.md says what they did."""
-    return {**cpu_preset(native_bf16), "run_dir": "runs/scale", "data_dir": "data/rl_rooms", "games_per_update": 8,
+    return {**cpu_preset(native_bf16), "run_dir": "runs/scale", "data_dir": "data/rl_rooms",
+            "more_data_dir": "data/rl_rooms_more", "games_per_update": 8,
             "max_groups_per_update": 16, "keep_groups": "spread", "updates": 80, "keep_checkpoints": 1,
             "log": "none"}
 

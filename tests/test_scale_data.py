@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 
+from alfrl.checkpoint import read_jsonl
 from alfrl.gamefile import game_id
 from alfrl.games import load_games
 from alfrl.pack import read_pack
 from alfrl.paths import REPO_ROOT
 from alfrl.rooms import TRAIN_SCENES, UNSEEN_SCENES
+from alfrl.train import training_games
 from alfrl.train_config import preset
 
 SCALE = REPO_ROOT / "data/scale"
 PANEL = REPO_ROOT / "data/panel/valid_unseen.jsonl.xz"
 ROOMS = REPO_ROOT / "data/rl_rooms/train.jsonl.xz"
+MORE_ROOMS = REPO_ROOT / "data/rl_rooms_more/train.jsonl.xz"
 
 
 def registered_sha256(path: str) -> str:
@@ -42,6 +46,34 @@ def test_panel_and_training_rooms_share_nothing():
         assert not {r[field] for r in panel} & {r[field] for r in rooms}, field
     assert {r["scene"] for r in panel} <= set(UNSEEN_SCENES) and {r["scene"] for r in rooms} <= set(TRAIN_SCENES)
     assert {r["split"] for r in panel} == {"valid_unseen"} and {r["split"] for r in rooms} == {"train"}
+
+
+def test_the_later_rooms_are_the_amended_ones_and_new():
+    """Amendment 3: the rooms after the 909, registered, apart from the panel and from the 909."""
+    path = "data/rl_rooms_more/train.jsonl.xz"
+    assert hashlib.sha256((REPO_ROOT / path).read_bytes()).hexdigest() == registered_sha256(path)
+    panel, rooms, more = read_pack(PANEL), read_pack(ROOMS), read_pack(MORE_ROOMS)
+    assert not {game_id(r) for r in more} & {game_id(r) for r in rooms}
+    for field in ("task_id", "scene"):
+        assert not {r[field] for r in panel} & {r[field] for r in more}, field
+    assert {r["scene"] for r in more} <= set(TRAIN_SCENES) and {r["split"] for r in more} == {"train"}
+
+
+def test_every_room_the_arms_played_keeps_its_place():
+    """The scale preset plays data/rl_rooms in its seeded order, then data/rl_rooms_more: every room in the
+    committed metrics is the one that order puts there, so adding the later rooms moved none; and an arm
+    playing the most rooms an update allows (16) to update 80 still plays none twice."""
+    config = preset("scale")
+    config = replace(config, data_dir=str(REPO_ROOT / config.data_dir),
+                     more_data_dir=str(REPO_ROOT / config.more_data_dir))
+    order = [g.game_id for g in training_games(config)]
+    assert len(order) == len(read_pack(ROOMS)) + len(read_pack(MORE_ROOMS))
+    for arm in ("grpo", "gigpo"):
+        metrics = read_jsonl(SCALE / arm / "metrics.jsonl")
+        played = [g for m in metrics for g in m["games"]]
+        assert len(played) > 300 and played == order[:len(played)], arm
+        worst = len(played) + config.max_groups_per_update * (config.updates - len(metrics))
+        assert worst <= len(order), f"{arm} may run out of rooms: {worst} > {len(order)}"
 
 
 def test_every_committed_room_passes_the_presets_filter():

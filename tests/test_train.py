@@ -182,6 +182,7 @@ def test_scale_preset_is_the_reference_runs_size():
     assert config.games_per_update * config.k * config.updates == 5120
     assert config.dynamic_sampling and config.keep_groups == "spread" and config.max_groups_per_update == 16
     assert config.data_dir == "data/rl_rooms" and config.split == "train" and config.credit == "grpo"
+    assert config.more_data_dir == "data/rl_rooms_more"  # after the 909 rooms (PREREGISTRATION.md, amendment 3)
     assert config.init_adapter == TrainConfig().init_adapter  # the default warm start
     assert preset("scale", credit="gigpo").advantage().credit == "gigpo"
     with pytest.raises(ValueError, match="--credit must be one of"):
