@@ -94,9 +94,10 @@ def load_for_training(config: TrainConfig, adapter: str | None = None):
     return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device, thinking=config.thinking)
 
 
-def _saved_config(run_dir: Path, updates: int | None) -> TrainConfig:
+def saved_config(run_dir: str | Path, updates: int | None = None) -> TrainConfig:
     """The config a run directory was started with (``updates`` may raise its number of updates), with a
     clear error naming the file if it is not this alfrl's TrainConfig."""
+    run_dir = Path(run_dir)
     path = run_dir / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json); start a run with "
@@ -134,7 +135,7 @@ def _start_config(config: TrainConfig | None, resume: str | Path | None, updates
     """The run's config (a resumed run's saved one) and folder, both checked; nothing is written yet."""
     if resume is not None:
         run_dir = Path(resume)
-        config = _saved_config(run_dir, updates)
+        config = saved_config(run_dir, updates)
     else:
         config = replace(config or TrainConfig(), updates=updates or (config or TrainConfig()).updates)
         run_dir = Path(config.run_dir)

@@ -5,12 +5,18 @@
 
 Rollouts are most of a CPU run's cost, so comparing algorithms on the *same* episodes is the cheap
 comparison at equal cost: each update of the run (its groups, in the order it played them) becomes
-one update of ``--algo`` (:func:`alfrl.train.learn`, the code ``python -m alfrl train --algo`` runs),
-from the same starting adapter (the first warm start, which the committed runs started from), with the
-cpu preset's settings (``--set key=value`` changes one). The
+one update of ``--algo`` (:func:`alfrl.train.learn`, the code ``python -m alfrl train --algo`` runs).
+By default it starts from the first warm start with the cpu preset's settings, as the committed cpu runs
+did; ``--from-run RUN_DIR`` takes that run's own settings and starting adapter instead (its config.json),
+and ``--until-step N`` replays only its first N updates. ``--set key=value`` changes one setting. The
 episodes were sampled by the run's own policy, so for any algorithm but the run's they are off-policy:
 say so next to any figure made this way. Writes ``OUT/metrics.jsonl`` (one line per update) and
 ``OUT/adapter`` (evaluate it with ``python -m alfrl eval --adapter OUT/adapter``).
+
+RFT on the scale run's GRPO arm's first ten updates, from the default warm start that run started from::
+
+    python scripts/replay_training.py data/scale/grpo/trajectories_u01-10.jsonl.xz --from-run data/scale/grpo \
+        --until-step 10 --algo rft --out runs/replay_scale_rft
 
 GRPO with the subgoal reward, on the same episodes (``--set`` takes every KEY=VALUE after it, so it comes last)::
 
@@ -28,6 +34,7 @@ import argparse
 import json
 import lzma
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -38,7 +45,9 @@ from alfrl.models import WARM_START, save_adapter
 from alfrl.engine import make_fast_engine
 from alfrl.ppo import make_optimizer
 from alfrl.subgoals import replay_progress
-from alfrl.train import check_config, learn, load_for_training, preset, teaches, training_games
+from alfrl.train import (check_config, learn, load_for_training, preset, saved_config, teaches,
+                         training_games)
+from alfrl.train_config import TrainConfig
 from alfrl.trajectory import Trajectory, groups_of
 
 
@@ -69,23 +78,37 @@ def count_subgoals(trajectories: list[Trajectory], games: dict[str, Path]) -> in
     return filled
 
 
+def replay_config(algo: str, out: Path, k: int, from_run: str | None, overrides: list[str]) -> TrainConfig:
+    """The replay's settings: the run's own (``from_run``, its config.json) or, without it, the cpu preset's
+    from the first warm start, which the committed cpu runs started from; then ``overrides`` (KEY=VALUE)."""
+    base = saved_config(from_run) if from_run else preset("cpu", init_adapter=WARM_START)
+    return replace(base, **{**parse_overrides(overrides, base), "algo": algo, "run_dir": str(out), "k": k})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trajectories", help="a training run's trajectories.jsonl(.xz)")
     parser.add_argument("--algo", choices=("grpo", "rft", "dpo"), required=True)
     parser.add_argument("--out", required=True, help="folder for metrics.jsonl and adapter/")
     parser.add_argument("--k", type=int, default=8, help="branches per group in the run")
+    parser.add_argument("--from-run", metavar="RUN_DIR",
+                        help="take the settings and starting adapter from this run's config.json, not the cpu preset's")
+    parser.add_argument("--until-step", type=int, metavar="N", help="replay only the run's updates 1..N")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="TrainConfig settings on top of the cpu preset (e.g. dpo_beta=0.2); last, after the file")
+                        help="TrainConfig settings on top of the base ones (e.g. dpo_beta=0.2); last, after the file")
     args = parser.parse_args()
     out = Path(args.out)
-    # the committed runs started from the first warm start: so does their replay (--set init_adapter=... to change)
-    config = preset("cpu", **{"init_adapter": WARM_START, **parse_overrides(args.set, preset("cpu")), "algo": args.algo,
-                               "run_dir": str(out), "k": args.k})
+    config = replay_config(args.algo, out, args.k, args.from_run, args.set)
     check_config(config)
-    out.mkdir(parents=True, exist_ok=False)
-    (out / "config.json").write_text(json.dumps({**config.__dict__, "trajectories": args.trajectories}, indent=2))
     updates = updates_of(args.trajectories, args.k)
+    if args.until_step is not None:
+        updates = {step: groups for step, groups in updates.items() if step <= args.until_step}
+        if len(updates) != args.until_step:
+            raise SystemExit(f"{args.trajectories} holds updates {sorted(updates)} up to {args.until_step}, not "
+                             f"1-{args.until_step}: a run stopped early, or another file")
+    out.mkdir(parents=True, exist_ok=False)
+    (out / "config.json").write_text(json.dumps({**config.__dict__, "trajectories": args.trajectories,
+                                                 "until_step": args.until_step}, indent=2))
     if config.subgoal_reward:
         games = {g.game_id: g.path for g in training_games(config)}
         episodes = [t for groups in updates.values() for group in groups for t in group]

@@ -193,17 +193,25 @@ def test_notebook_07_by_hand_equals_the_package():
         assert dpo_loss_by_hand(*values, beta=0.1) == pytest.approx(want, rel=1e-6)
 
 
-def test_replay_counts_the_subgoals_of_episodes_recorded_without_them():
-    """scripts/replay_training.py with --set subgoal_reward=...: episodes from before subgoals were counted get
-    them by replaying their actions on the config's games; a win reached every subgoal; counted ones stay."""
+def replay_script():
+    """scripts/replay_training.py as a module."""
     import importlib.util
 
     from alfrl.paths import REPO_ROOT
-    from alfrl.train import preset, training_games
 
     spec = importlib.util.spec_from_file_location("replay_training", REPO_ROOT / "scripts" / "replay_training.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_replay_counts_the_subgoals_of_episodes_recorded_without_them():
+    """scripts/replay_training.py with --set subgoal_reward=...: episodes from before subgoals were counted get
+    them by replaying their actions on the config's games; a win reached every subgoal; counted ones stay."""
+    from alfrl.paths import REPO_ROOT
+    from alfrl.train import preset, training_games
+
+    script = replay_script()
     updates = script.updates_of(REPO_ROOT / "data/results/cpu_12updates_seed0_trajectories.jsonl.xz", 8)
     episodes = [t for group in updates[1] for t in group]
     assert all(t.subgoals_total == 0 for t in episodes) and any(t.won for t in episodes)
@@ -217,3 +225,41 @@ def test_replay_counts_the_subgoals_of_episodes_recorded_without_them():
     assert any(t.subgoals < t.subgoals_total for t in rest if not t.won)
     with pytest.raises(KeyError, match="not among the config's training games"):
         script.count_subgoals([replace(rest[0], subgoals_total=0)], {})
+
+
+def test_a_replay_takes_the_cpu_presets_settings_or_a_runs_own(tmp_path):
+    """Without --from-run a replay starts from the first warm start with the cpu preset's settings, as the
+    committed cpu runs did; with it, from the run's own config.json (the scale run: the default warm start, its
+    rooms). --set and the replay's own algo, folder and K go on top either way."""
+    from alfrl.models import WARM_START
+    from alfrl.paths import REPO_ROOT
+    from alfrl.train import preset, saved_config
+
+    script = replay_script()
+    out = tmp_path / "replay"
+    cpu = script.replay_config("dpo", out, 8, None, ["dpo_beta=0.2"])
+    assert cpu == replace(preset("cpu"), init_adapter=WARM_START, algo="dpo", run_dir=str(out), dpo_beta=0.2)
+    run = REPO_ROOT / "data/scale/grpo"
+    scale = script.replay_config("rft", out, 8, str(run), ["lr=3e-5", "algo=dpo"])
+    assert scale == replace(saved_config(run), algo="rft", run_dir=str(out), lr=3e-5)
+    assert (scale.init_adapter, scale.data_dir, scale.max_steps) == ("warmstart_epoch", "data/rl_rooms", 10)
+
+
+def test_the_scale_runs_first_ten_updates_are_kept_whole_for_replay():
+    """data/scale/grpo/trajectories_u01-10.jsonl.xz, the input of the replays at equal episodes, holds every
+    group the GRPO arm played in updates 1-10, in the order it played them, and the groups that teach under the
+    run's own settings are exactly the episodes it trained on."""
+    import json
+
+    from alfrl.paths import REPO_ROOT
+    from alfrl.train import saved_config, teaches
+
+    run = REPO_ROOT / "data/scale/grpo"
+    updates = replay_script().updates_of(run / "trajectories_u01-10.jsonl.xz", 8)
+    metrics = {m["step"]: m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    config = saved_config(run)
+    assert sorted(updates) == list(range(1, 11))
+    for step, groups in updates.items():
+        assert [g[0].game_id for g in groups] == metrics[step]["games"]
+        assert all({t.game_id for t in g} == {g[0].game_id} and [t.branch for t in g] == list(range(8)) for g in groups)
+        assert sum(len(g) for g in groups if teaches(g, config)) == metrics[step]["trajectories_trained"]
