@@ -16,6 +16,7 @@ from alfrl.rft import rft_step, winners
 from alfrl.train import REFERENCE_FILE, TrainConfig, check_config, learn, train
 from alfrl.trajectory import Trajectory
 
+from script_loader import load_script
 from test_advantage import traj
 from test_train import expert_vs_junk, tiny  # noqa: F401 (a fixture)
 
@@ -195,14 +196,7 @@ def test_notebook_07_by_hand_equals_the_package():
 
 def replay_script():
     """scripts/replay_training.py as a module."""
-    import importlib.util
-
-    from alfrl.paths import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("replay_training", REPO_ROOT / "scripts" / "replay_training.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_script("replay_training")
 
 
 def test_replay_counts_the_subgoals_of_episodes_recorded_without_them():

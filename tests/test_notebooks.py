@@ -66,12 +66,9 @@ def notebook_definitions(name: str, wanted: str, namespace: dict | None = None) 
 
 def _outputs():
     """scripts/notebook_outputs.py, which makes an executed notebook lean and checks a committed one."""
-    import importlib.util
+    from script_loader import load_script
 
-    spec = importlib.util.spec_from_file_location("notebook_outputs", NOTEBOOK_DIR.parent / "scripts" / "notebook_outputs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("notebook_outputs")
 
 
 @pytest.mark.parametrize("name", [n for n, _ in NOTEBOOKS])

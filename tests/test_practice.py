@@ -202,10 +202,9 @@ def test_a_real_profile_resumes_without_playing_a_game_twice(tmp_path, tiny_game
 def test_compare_profiles_pairs_checkpoints_game_by_game(tmp_path):
     """scripts/compare_profiles.py: totals, games won at least once and every time, per task type, and the
     gain against the first checkpoint with the sign-flip p, by hand on three games of 4 samples."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("compare_profiles", REPO_ROOT / "scripts" / "compare_profiles.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from script_loader import load_script
+
+    module = load_script("compare_profiles")
     start = [dict(line("a", 1, 4), task_type="pick_and_place_simple"),
              dict(line("b", 0, 4), task_type="look_at_obj_in_light"),
              dict(line("c", 4, 4), task_type="pick_and_place_simple")]

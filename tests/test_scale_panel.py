@@ -3,21 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 
 import pytest
 
-from alfrl.paths import REPO_ROOT
 from alfrl.scale import PARTS, ScaleRun
+
+from script_loader import load_script
 
 
 @pytest.fixture
 def panel(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("scale_panel", REPO_ROOT / "scripts/scale_panel.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scale_panel")
     monkeypatch.setattr(module, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(module, "PANEL", tmp_path / "data/scale/panel")
     monkeypatch.setattr(module, "SAMPLED_GAMES", tmp_path / "data/scale/panel_sampled100.txt")

@@ -3,7 +3,6 @@ being exactly what the committed panel files and metrics give."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -11,6 +10,8 @@ import pytest
 from alfrl.paths import REPO_ROOT
 from alfrl.scale import (ScaleRun, arm_rows, cost_lines, curve, detour_rows, lost_room, markdown_table, origin_rows,
                          summary_rows, task_rows)
+
+from script_loader import load_script
 
 ROOMS = [("a", "pick_and_place_simple", "_s1_"), ("b", "pick_and_place_simple", "_s3_"),
          ("c", "look_at_obj_in_light", "_s1_"), ("d", "look_at_obj_in_light", "_s3_"),
@@ -24,10 +25,7 @@ def game_id(room: str, task: str, origin: str) -> str:
 
 
 def report_script():
-    spec = importlib.util.spec_from_file_location("scale_report", REPO_ROOT / "scripts/scale_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scale_report")
 
 
 def write_jsonl(path, rows) -> None:

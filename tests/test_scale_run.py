@@ -3,17 +3,14 @@ later rooms (``more_data_dir``), once, and nothing else in it changes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from types import SimpleNamespace
 
-from alfrl.paths import REPO_ROOT
+from script_loader import load_script
 
 
 def test_an_arm_gets_the_later_rooms_once_and_keeps_every_other_setting(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("scale_run", REPO_ROOT / "scripts/scale_run.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("scale_run")
     monkeypatch.setattr(script, "run_dir", lambda arm: tmp_path / arm)
     monkeypatch.setattr(script, "preset", lambda name: SimpleNamespace(more_data_dir="data/rl_rooms_more"))
     (tmp_path / "grpo").mkdir()
