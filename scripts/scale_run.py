@@ -12,8 +12,9 @@ session) continues from its last checkpoint without losing or repeating an updat
 updates (10, 20, 40, 80) the adapter is kept in ``data/scale/ARM/adapters/step_N`` for the panel
 (``scripts/scale_panel.py``), since the run keeps only its newest checkpoint; it is stored in float16 (4.9 MB, as
 the shipped warm starts are), small enough to commit. What can be committed: each arm's config.json, metrics.jsonl,
-plots.png and those adapters. The checkpoints (a float32 adapter and Adam's state, about 30 MB) and the
-trajectories stay out (``.gitignore``), so an arm resumes exactly only on the machine that holds its checkpoint.
+plots.png and those adapters; and the continued arm's newest checkpoint (a float32 adapter, Adam's state and the
+run's cursor and random state, about 30 MB), committed at the end of a session so that a fresh checkout resumes it
+exactly. The finished arm's checkpoint and the trajectories stay out (``.gitignore``).
 """
 
 from __future__ import annotations
