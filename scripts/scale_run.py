@@ -7,13 +7,13 @@ whenever the run is stopped.
 
 Each arm is a run directory, ``data/scale/ARM``, trained by the course's own command (printed before it runs):
 ``python -m alfrl train --preset scale --credit ARM --run-dir data/scale/ARM --updates N`` the first time,
-``python -m alfrl train --resume data/scale/ARM --updates N`` after that, so a stopped run (a kill, the end of a
-session) continues from its last checkpoint without losing or repeating an update. At the pre-registered
+``python -m alfrl train --resume data/scale/ARM --updates N`` after that, so a stopped run (a kill, a machine that is
+turned off) continues from its last checkpoint without losing or repeating an update. At the pre-registered
 updates (10, 20, 40, 80) the adapter is kept in ``data/scale/ARM/adapters/step_N`` for the panel
 (``scripts/scale_panel.py``), since the run keeps only its newest checkpoint; it is stored in float16 (4.9 MB, as
 the shipped warm starts are), small enough to commit. What can be committed: each arm's config.json, metrics.jsonl,
 plots.png and those adapters; and the continued arm's newest checkpoint (a float32 adapter, Adam's state and the
-run's cursor and random state, about 30 MB), committed at the end of a session so that a fresh checkout resumes it
+run's cursor and random state, about 30 MB), committed each time the run stops so that a fresh checkout resumes it
 exactly. The finished arm's checkpoint and the trajectories stay out (``.gitignore``).
 """
 
