@@ -26,6 +26,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics
 - :mod:`alfrl.gigpo`    step-level credit: turns in the same state compared by their discounted returns
 - :mod:`alfrl.viewer`   a trajectory's tokens by role or advantage
+- :mod:`alfrl.logprobs` token logprobs of the sampled tokens, at the sampling temperature and nucleus
 - :mod:`alfrl.prefix`   a group's shared prefix, run once in the update
 - :mod:`alfrl.precision` whether bfloat16 is native on this CPU (the cpu preset's precision)
 - :mod:`alfrl.ppo`      the clipped PPO update on the LoRA adapter

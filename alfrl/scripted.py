@@ -92,7 +92,7 @@ class ScriptedSession:
     def _logprobs(self, prompt: list[int], tokens: list[int]) -> list[float]:
         if self.model is None:
             return [0.0] * len(tokens)
-        from alfrl.ppo import sequence_logprobs
+        from alfrl.logprobs import sequence_logprobs
         with torch.no_grad():
             logp = sequence_logprobs(self.model, [list(prompt) + tokens], self.temperature)[0]
         return [float(x) for x in logp[len(prompt):]]

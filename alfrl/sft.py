@@ -28,8 +28,9 @@ from tqdm.auto import tqdm
 from alfrl.checkpoint import append_jsonl, latest_checkpoint, load_state, save_checkpoint, truncate_jsonl
 from alfrl.env import GroupEnv
 from alfrl.games import load_games
+from alfrl.logprobs import chunk_logprobs, model_parts, sequence_logprobs
 from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter, torch_threads
-from alfrl.ppo import _chunk_logprobs, _parts, micro_batches, sequence_logprobs
+from alfrl.ppo import micro_batches
 from alfrl.precision import warn_if_slow_bf16
 from alfrl.prefix import can_share, run_prefix
 from alfrl.protocol import policy_format
@@ -193,7 +194,7 @@ def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bo
     once. The same loss and gradient as every branch run with its whole history, up to float
     rounding (``tests/test_dagger.py``), for the trunk's tokens plus about 30 a branch instead of a
     history per branch."""
-    decoder, head, cap = _parts(model)
+    decoder, head, cap = model_parts(model)
     device = next(model.parameters()).device
     with torch.set_grad_enabled(backward), torch.autocast(device.type, torch.bfloat16, enabled=bf16):
         trunk = run_prefix(decoder, model.config, example.tokens)
@@ -202,7 +203,7 @@ def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bo
         if targets:
             hidden = trunk.hidden_for(1, trunk.dtypes[0])[0]  # in the dtype the trunk made it
             ids = torch.tensor(targets, device=device)
-            logp = _chunk_logprobs(head, cap, hidden[ids - 1], torch.tensor(example.tokens, device=device)[ids], 1.0)
+            logp = chunk_logprobs(head, cap, hidden[ids - 1], torch.tensor(example.tokens, device=device)[ids], 1.0)
             loss = -logp.sum() * example.weight
             if backward:
                 (loss / scale).backward()

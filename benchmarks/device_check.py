@@ -143,7 +143,8 @@ def _gradients(model, config, device: torch.device) -> tuple[dict, dict, dict]:
     """One ppo_step on two 300-token trajectories (advantages +1 and -0.5): (metrics, LoRA gradients, the
     trainer's logprobs of the sampled tokens)."""
     from alfrl.models import Policy
-    from alfrl.ppo import make_optimizer, ppo_step, sequence_logprobs
+    from alfrl.logprobs import sequence_logprobs
+    from alfrl.ppo import make_optimizer, ppo_step
     from alfrl.trajectory import Trajectory
 
     trajectories, trainer = [], {}

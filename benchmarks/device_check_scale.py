@@ -77,7 +77,8 @@ def _trajectory(length: int, vocab: int, seed: int, advantage: float):
 def check_update(device: torch.device, scale: Scale, peak_gb, reset_peak) -> dict:
     """One step of the reference preset's PPO update on the big model's long trajectories."""
     from alfrl.models import Policy
-    from alfrl.ppo import make_optimizer, ppo_step, sequence_logprobs
+    from alfrl.logprobs import sequence_logprobs
+    from alfrl.ppo import make_optimizer, ppo_step
     from alfrl.train_config import preset
 
     tick = time.perf_counter()

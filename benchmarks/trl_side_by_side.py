@@ -55,7 +55,7 @@ def gaps(reference: list[list[float]], other: list[list[float]], masks: list[lis
 def course_part(folder: Path) -> dict:
     import torch
 
-    from alfrl.ppo import sequence_logprobs
+    from alfrl.logprobs import sequence_logprobs
     from alfrl.train import load_for_training, peak_rss_gb, train
     from alfrl.trajectory import load_trajectories
     cfg = config()

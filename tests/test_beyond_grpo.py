@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from alfrl.dpo import FrozenAdapter, Pair, dpo_loss, dpo_update, dpo_weights, preference_pairs
-from alfrl.ppo import PPOConfig, sequence_logprobs
+from alfrl.logprobs import sequence_logprobs
+from alfrl.ppo import PPOConfig
 from alfrl.rft import rft_step, winners
 from alfrl.train import REFERENCE_FILE, TrainConfig, check_config, learn, train
 from alfrl.trajectory import Trajectory

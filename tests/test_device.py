@@ -18,7 +18,8 @@ import torch
 
 from alfrl.cli import add_dataclass_args, build_dataclass
 from alfrl.models import resolve_device, resolve_dtype
-from alfrl.ppo import PPOConfig, make_optimizer, ppo_step, sequence_logprobs
+from alfrl.logprobs import sequence_logprobs
+from alfrl.ppo import PPOConfig, make_optimizer, ppo_step
 from alfrl.protocol import ChatFormat
 from alfrl.rollout import RolloutConfig, rollout_group
 from alfrl.sampler import SampleConfig, new_group_session, new_session

@@ -8,9 +8,10 @@ import copy
 import pytest
 import torch
 
+from alfrl.logprobs import nucleus_logprobs, sequence_logprobs
 from alfrl.models import load_policy
-from alfrl.ppo import (PPOConfig, make_optimizer, nucleus_logprobs, ppo_step, ppo_token_loss, ppo_update,
-                       recompute_old_logprobs, sequence_logprobs, shared_passes, summarize_steps)
+from alfrl.ppo import (PPOConfig, make_optimizer, ppo_step, ppo_token_loss, ppo_update, recompute_old_logprobs,
+                       shared_passes, summarize_steps)
 from alfrl.protocol import ChatFormat, build_next_prompt
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
 from alfrl.sampler import SampleConfig, new_session

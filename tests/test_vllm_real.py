@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from alfrl.models import load_policy, resolve_adapter, resolve_model, save_adapter
-from alfrl.ppo import sequence_logprobs
+from alfrl.logprobs import sequence_logprobs
 from alfrl.rollout import RolloutConfig, rollout_group
 from alfrl.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, missing_reason
 

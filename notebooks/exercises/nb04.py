@@ -88,7 +88,7 @@ def check_token_logprobs(token_logprobs: Callable) -> bool:
     try:
         import torch
 
-        from alfrl.ppo import sequence_logprobs
+        from alfrl.logprobs import sequence_logprobs
         model = _tiny_model()
         gen = torch.Generator().manual_seed(1)
         sequences = [torch.randint(0, 40, (n,), generator=gen).tolist() for n in (12, 5, 2)]

@@ -262,7 +262,7 @@ def _trained_batch():
 
 
 def _logprobs_fn(model):
-    from alfrl.ppo import sequence_logprobs
+    from alfrl.logprobs import sequence_logprobs
     return lambda tokens, mask: sequence_logprobs(model, [tokens], 1.0, masks=[mask])[0]
 
 
