@@ -8,9 +8,9 @@
 #
 #   bash scripts/beyond_grpo_scale.sh            # run what is not done yet; rerun to continue after a stop
 #
-# Resumable by step: a replay that finished (its adapter/ exists) is not trained again; one that was stopped
-# has no checkpoint of its own and is trained again from its start; each panel part continues where it
-# stopped (scripts/scale_panel.py). Writes data/results/beyond_grpo_scale.*
+# Resumable: a replay that finished (its adapter/ exists) is not trained again, one that was stopped continues
+# from its last update (replay_training.py --resume), and each panel part continues where it stopped
+# (scripts/scale_panel.py). Writes data/results/beyond_grpo_scale.*
 # (greedy panel) and data/results/beyond_grpo_scale_official.*, and each replay's per-update metrics as
 # data/results/beyond_grpo_scale_RULE_metrics.jsonl. Off-policy: the episodes were sampled by GRPO's policy.
 set -euo pipefail
@@ -26,10 +26,11 @@ declare -A EXTRA=([rft]="" [dpo]="" [grpo_subgoals]="--set subgoal_reward=0.1 ke
 for rule in rft dpo grpo_subgoals; do
     out=runs/replay_scale_$rule
     if [[ ! -d $out/adapter ]]; then
-        rm -rf "$out"  # a replay stopped part-way starts again: it has no checkpoint of its own
+        resume=()
+        if [[ -f $out/config.json ]]; then resume=(--resume); else rm -rf "$out"; fi  # a stopped replay continues
         # shellcheck disable=SC2086  # EXTRA holds several words on purpose
         run "$PY" scripts/replay_training.py "$EPISODES" --from-run "$RUN" --until-step 10 --algo "${ALGO[$rule]}" \
-            --out "$out" ${EXTRA[$rule]}
+            --out "$out" "${resume[@]}" ${EXTRA[$rule]}
     else
         say "$rule: replay already trained ($out/adapter)"
     fi

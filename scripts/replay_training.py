@@ -11,7 +11,10 @@ did; ``--from-run RUN_DIR`` takes that run's own settings and starting adapter i
 and ``--until-step N`` replays only its first N updates. ``--set key=value`` changes one setting. The
 episodes were sampled by the run's own policy, so for any algorithm but the run's they are off-policy:
 say so next to any figure made this way. Writes ``OUT/metrics.jsonl`` (one line per update) and
-``OUT/adapter`` (evaluate it with ``python -m alfrl eval --adapter OUT/adapter``).
+``OUT/adapter`` (evaluate it with ``python -m alfrl eval --adapter OUT/adapter``). After every update the
+adapter, Adam's state and the random state are checkpointed in ``OUT/checkpoints``: a replay that was stopped
+continues with ``--resume`` (the same command plus the flag) from the update after its last checkpoint, and
+ends where an unbroken one would.
 
 RFT on the scale run's GRPO arm's first ten updates, from the default warm start that run started from::
 
@@ -33,13 +36,14 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from alfrl.checkpoint import append_jsonl
+from alfrl.checkpoint import append_jsonl, latest_checkpoint, load_state, save_checkpoint, truncate_jsonl
 from alfrl.cli import parse_overrides
 from alfrl.models import WARM_START, save_adapter
 from alfrl.engine import make_fast_engine
@@ -85,6 +89,26 @@ def replay_config(algo: str, out: Path, k: int, from_run: str | None, overrides:
     return replace(base, **{**parse_overrides(overrides, base), "algo": algo, "run_dir": str(out), "k": k})
 
 
+def start_replay(out: Path, record: dict, resume: bool) -> Path | None:
+    """Make ``out`` for a new replay (writing ``record``, its settings), or check that a resumed one has the same
+    settings; returns the newest checkpoint of a resumed replay (None: start from the first update)."""
+    saved = out / "config.json"
+    if not resume:
+        if out.exists():
+            raise SystemExit(f"{out} already exists: add --resume to continue that replay, or give another --out")
+        out.mkdir(parents=True)
+        saved.write_text(json.dumps(record, indent=2))
+        return None
+    if not saved.is_file():
+        raise SystemExit(f"--resume: {out} holds no replay (no config.json); run the command without --resume")
+    before = json.loads(saved.read_text())
+    changed = sorted(key for key in {*before, *record} if before.get(key) != record.get(key))
+    if changed:
+        raise SystemExit(f"--resume: {out} was started with other settings ({', '.join(changed)}); give the "
+                         "command it was started with, or another --out")
+    return latest_checkpoint(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trajectories", help="a training run's trajectories.jsonl(.xz)")
@@ -96,6 +120,7 @@ def main() -> None:
     parser.add_argument("--until-step", type=int, metavar="N", help="replay only the run's updates 1..N")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="TrainConfig settings on top of the base ones (e.g. dpo_beta=0.2); last, after the file")
+    parser.add_argument("--resume", action="store_true", help="continue the stopped replay in --out")
     args = parser.parse_args()
     out = Path(args.out)
     config = replay_config(args.algo, out, args.k, args.from_run, args.set)
@@ -106,25 +131,34 @@ def main() -> None:
         if len(updates) != args.until_step:
             raise SystemExit(f"{args.trajectories} holds updates {sorted(updates)} up to {args.until_step}, not "
                              f"1-{args.until_step}: a run stopped early, or another file")
-    out.mkdir(parents=True, exist_ok=False)
-    (out / "config.json").write_text(json.dumps({**config.__dict__, "trajectories": args.trajectories,
-                                                 "until_step": args.until_step}, indent=2))
+    checkpoint = start_replay(out, {**config.__dict__, "trajectories": args.trajectories,
+                                    "until_step": args.until_step}, args.resume)
+    done = json.loads((checkpoint / "state.json").read_text())["step"] if checkpoint else 0
+    truncate_jsonl(out / "metrics.jsonl", list(updates)[done - 1] if done else 0)  # an update after the checkpoint
     if config.subgoal_reward:
         games = {g.game_id: g.path for g in training_games(config)}
         episodes = [t for groups in updates.values() for group in groups for t in group]
         print(f"counted the subgoals of {count_subgoals(episodes, games)} of {len(episodes)} episodes in the engine")
-    policy = load_for_training(config)
+    policy = load_for_training(config, str(checkpoint / "adapter") if checkpoint else None)
     ppo = config.ppo()
     optimizer = make_optimizer(policy, ppo)
-    bar = tqdm(updates.items(), desc=f"{args.algo} on {Path(args.trajectories).name}", unit="update")
-    for update, (step, groups) in enumerate(bar, start=1):  # update 1 saves DPO's reference, whatever the file's step
+    if checkpoint:
+        load_state(checkpoint, optimizer)
+        print(f"resuming {out} after update {done} of {len(updates)}")
+    bar = tqdm(list(updates.items())[done:], desc=f"{args.algo} on {Path(args.trajectories).name}", unit="update",
+               initial=done, total=len(updates))
+    for update, (step, groups) in enumerate(bar, start=done + 1):  # update 1 saves DPO's reference, whatever the file's step
         kept = [g for g in groups if teaches(g, config)]
         tick = time.perf_counter()
         metrics, steps = learn(policy, optimizer, config, ppo, kept, update, out)
         append_jsonl(out / "metrics.jsonl", [{"step": step, "groups": len(groups), "groups_kept": len(kept),
                                                **metrics, "optimizer_steps": steps,
                                                "update_seconds": time.perf_counter() - tick}])
-    save_adapter(policy, out / "adapter")
+        save_checkpoint(out, update, lambda folder: save_adapter(policy, folder), optimizer, {}, keep_last=1)
+    partial = out / "adapter.partial"  # the adapter appears whole or not at all: a finished replay has one
+    shutil.rmtree(partial, ignore_errors=True)
+    save_adapter(policy, partial)
+    partial.rename(out / "adapter")
     print(f"adapter: {out / 'adapter'}")
 
 

@@ -258,3 +258,59 @@ def test_the_scale_runs_first_ten_updates_are_kept_whole_for_replay():
         assert [g[0].game_id for g in groups] == metrics[step]["games"]
         assert all({t.game_id for t in g} == {g[0].game_id} and [t.branch for t in g] == list(range(8)) for g in groups)
         assert sum(len(g) for g in groups if teaches(g, config)) == metrics[step]["trajectories_trained"]
+
+
+def test_a_stopped_replay_resumes_to_the_same_adapter_and_metrics(tmp_path, monkeypatch):
+    """scripts/replay_training.py checkpoints after every update: stopped before its second update and run again
+    with --resume, a replay (RFT on two real groups of the committed cpu run, one winner each) ends with the same
+    adapter, bit for bit, and the same metrics as one that ran unbroken. --resume refuses other settings, and a
+    new replay refuses a folder that exists."""
+    import json
+    import lzma
+    import sys
+
+    from safetensors.torch import load_file
+
+    from alfrl.paths import REPO_ROOT
+
+    rows = {}
+    with lzma.open(REPO_ROOT / "data/results/cpu_12updates_seed0_trajectories.jsonl.xz", "rt") as f:
+        for line in f:
+            rows.setdefault(json.loads(line)["step"], []).append(line)
+    episodes = tmp_path / "two_groups.jsonl"  # each update's third group: one winner, the shortest to train on
+    episodes.write_text("".join(rows[1][16:24] + rows[2][16:24]))
+    script = replay_script()
+
+    def replay(out, *extra):
+        monkeypatch.setattr(sys, "argv", ["replay_training.py", str(episodes), "--algo", "rft", "--out", str(out),
+                                          *extra])
+        script.main()
+
+    def metrics(out):
+        return [{k: v for k, v in m.items() if not k.endswith("_seconds")}
+                for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+
+    replay(tmp_path / "unbroken")
+    learn, calls = script.learn, []
+
+    def stop_at_the_second_update(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return learn(*args, **kwargs)
+
+    monkeypatch.setattr(script, "learn", stop_at_the_second_update)
+    with pytest.raises(KeyboardInterrupt):
+        replay(tmp_path / "stopped")
+    monkeypatch.setattr(script, "learn", learn)
+    stopped = tmp_path / "stopped"
+    assert not (stopped / "adapter").exists() and len(metrics(stopped)) == 1
+    with pytest.raises(SystemExit, match="already exists: add --resume"):
+        replay(stopped)
+    with pytest.raises(SystemExit, match="other settings \\(lr\\)"):
+        replay(stopped, "--resume", "--set", "lr=1e-3")
+    replay(stopped, "--resume")
+    assert metrics(stopped) == metrics(tmp_path / "unbroken") and [m["step"] for m in metrics(stopped)] == [1, 2]
+    assert all(m["optimizer_steps"] == 1 for m in metrics(stopped))
+    ours, theirs = (load_file(out / "adapter/adapter_model.safetensors") for out in (stopped, tmp_path / "unbroken"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
