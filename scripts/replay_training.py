@@ -133,6 +133,9 @@ def main() -> None:
                              f"1-{args.until_step}: a run stopped early, or another file")
     checkpoint = start_replay(out, {**config.__dict__, "trajectories": args.trajectories,
                                     "until_step": args.until_step}, args.resume)
+    if (out / "adapter").is_dir():
+        print(f"{out} is a finished replay: its adapter is {out / 'adapter'}")
+        return
     done = json.loads((checkpoint / "state.json").read_text())["step"] if checkpoint else 0
     truncate_jsonl(out / "metrics.jsonl", list(updates)[done - 1] if done else 0)  # an update after the checkpoint
     if config.subgoal_reward:

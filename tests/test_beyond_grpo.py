@@ -314,3 +314,5 @@ def test_a_stopped_replay_resumes_to_the_same_adapter_and_metrics(tmp_path, monk
     assert all(m["optimizer_steps"] == 1 for m in metrics(stopped))
     ours, theirs = (load_file(out / "adapter/adapter_model.safetensors") for out in (stopped, tmp_path / "unbroken"))
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    replay(stopped, "--resume")  # a finished replay: nothing trained again, nothing changed
+    assert metrics(stopped) == metrics(tmp_path / "unbroken")
