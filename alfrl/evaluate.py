@@ -29,7 +29,7 @@ from alfrl.models import (BUNDLED, check_adapter, load_policy, resolve_device, r
                           torch_threads)
 from alfrl.protocol import policy_format
 from alfrl.rollout import RolloutConfig, rollout_games
-from alfrl.rundir import CONFIG, EVAL, Prepared, check_output_dir, prepare_output_dir, read_config
+from alfrl.rundir import CONFIG, EVAL, Prepared, changed_settings, check_output_dir, prepare_output_dir, read_config
 
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
 
@@ -136,7 +136,7 @@ def _prepare(config: EvalConfig, games: list) -> tuple[Prepared, set[tuple[str, 
     check_output_dir(out, EVAL, overwrite=config.overwrite, resume=config.resume, flag="--out")
     if config.resume and records.exists():
         saved = read_config(out) or {}
-        changed = sorted(k for k, v in asdict(config).items() if k not in RESUMABLE and saved.get(k, v) != v)
+        changed = changed_settings(saved, asdict(config), RESUMABLE, added_ok=True)
         if changed:
             raise ValueError(f"{out} holds results made with other settings ({', '.join(f'{k}={saved[k]!r}' for k in changed)}); "
                              "resume with the same settings, or pass --overwrite, or choose another --out")

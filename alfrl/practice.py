@@ -155,7 +155,7 @@ def profile(config: ProfileConfig | None = None, policy=None, progress: bool = T
     from alfrl.games import check_games
     from alfrl.models import check_adapter, load_policy, sampling_copy, torch_threads
     from alfrl.rollout import RolloutConfig, rollout_batch
-    from alfrl.rundir import CONFIG, EVAL, prepare_output_dir, read_config
+    from alfrl.rundir import CONFIG, EVAL, changed_settings, prepare_output_dir, read_config
 
     config = config or ProfileConfig()
     config.check()
@@ -168,7 +168,7 @@ def profile(config: ProfileConfig | None = None, policy=None, progress: bool = T
     done: dict[str, dict] = {}
     if config.resume and (out / PROFILE).is_file():
         saved = read_config(out) or {}
-        changed = sorted(k for k, v in asdict(config).items() if k not in RESUMABLE and saved.get(k, v) != v)
+        changed = changed_settings(saved, asdict(config), RESUMABLE, added_ok=True)
         if changed:
             raise ValueError(f"{out} holds a profile made with other settings ({', '.join(changed)}); resume with "
                              "the same settings, pass --overwrite, or choose another --out")

@@ -130,14 +130,21 @@ def prepare_output_dir(folder: str | Path, kind: str, overwrite: bool = False, r
     return Prepared(path, created=not existed, kept=False)
 
 
+def changed_settings(saved: dict, wanted: dict, ignore: tuple[str, ...] = (), added_ok: bool = False) -> list[str]:
+    """The settings (sorted) whose values differ between a folder's saved config and the wanted one; ``ignore``
+    ones never count. With ``added_ok`` a setting the saved config lacks (one added to the code since) counts
+    as unchanged: right for results a newer version may extend, not for a run whose training it would change."""
+    keys = set(wanted) if added_ok else set(saved) | set(wanted)
+    return sorted(k for k in keys - set(ignore)
+                  if not (added_ok and k not in saved) and saved.get(k) != wanted.get(k))
+
+
 def check_resumed_config(out: Path, config, resumable: tuple[str, ...]) -> None:
     """Refuse to continue the run in ``out`` with settings that change what it plays or learns (any field
     but ``resumable``); then write ``config`` as the run's config.json."""
     path = out / "config.json"
-    wanted = {k: v for k, v in asdict(config).items() if k not in resumable}
     if path.is_file():
-        saved = {k: v for k, v in json.loads(path.read_text()).items() if k not in resumable}
-        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+        changed = changed_settings(json.loads(path.read_text()), asdict(config), resumable)
         if changed:
             raise ValueError(f"{out} was started with other settings ({', '.join(changed)}); resume with the same "
                              "settings, or pass --overwrite, or choose another --out")

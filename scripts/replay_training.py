@@ -48,6 +48,7 @@ from alfrl.cli import parse_overrides
 from alfrl.models import WARM_START, save_adapter
 from alfrl.engine import make_fast_engine
 from alfrl.ppo import make_optimizer
+from alfrl.rundir import changed_settings
 from alfrl.subgoals import replay_progress
 from alfrl.train import (check_config, learn, load_for_training, preset, saved_config, teaches,
                          training_games)
@@ -101,8 +102,7 @@ def start_replay(out: Path, record: dict, resume: bool) -> Path | None:
         return None
     if not saved.is_file():
         raise SystemExit(f"--resume: {out} holds no replay (no config.json); run the command without --resume")
-    before = json.loads(saved.read_text())
-    changed = sorted(key for key in {*before, *record} if before.get(key) != record.get(key))
+    changed = changed_settings(json.loads(saved.read_text()), record)
     if changed:
         raise SystemExit(f"--resume: {out} was started with other settings ({', '.join(changed)}); give the "
                          "command it was started with, or another --out")

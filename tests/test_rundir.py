@@ -12,7 +12,7 @@ import pytest
 
 from alfrl.checkpoint import prepare_run_dir
 from alfrl.evaluate import EvalConfig, evaluate
-from alfrl.rundir import DAGGER, EVAL, FOREIGN, RUN, TRAIN, RunDirError, folder_kind, prepare_output_dir
+from alfrl.rundir import DAGGER, EVAL, FOREIGN, RUN, TRAIN, RunDirError, changed_settings, folder_kind, prepare_output_dir
 from alfrl.train import TrainConfig, train
 
 from conftest import REPO_ROOT
@@ -230,3 +230,14 @@ def test_failed_eval_leaves_nothing_behind(tmp_path, tiny_games, no_model):
     with pytest.raises(ModelReached):
         evaluate(eval_config(mine, tiny_games.root), progress=False)
     assert mine.is_dir() and not any(mine.iterdir())  # a folder that existed stays, as it was
+
+
+def test_changed_settings_compares_saved_and_wanted_configs():
+    saved = {"lr": 1e-5, "k": 8, "out": "a", "gone": 1}
+    wanted = {"lr": 2e-5, "k": 8, "out": "b", "new": 3}
+    # strict (a training run): a changed value, a setting dropped and one added all count; ignored ones never
+    assert changed_settings(saved, wanted, ignore=("out",)) == ["gone", "lr", "new"]
+    assert changed_settings(saved, dict(saved)) == []
+    # added_ok (results a newer version extends): a setting the saved config lacks is not a change
+    assert changed_settings(saved, wanted, ignore=("out",), added_ok=True) == ["lr"]
+    assert changed_settings(saved, {**saved, "new": 3}, added_ok=True) == []
