@@ -11,6 +11,7 @@ tables and curve.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,6 +209,76 @@ def cost_lines(run: ScaleRun) -> list[str]:
                      f"{taught} of {groups} played groups taught ({100 * taught / max(groups, 1):.0f}%); "
                      f"training success at the rollout temperature {metrics[0]['success']:.2f} (update 1) -> "
                      f"{metrics[-1]['success']:.2f} (update {metrics[-1]['step']})")
+    return lines
+
+
+SCREEN_UPDATE, PRIMARY_UPDATE = 40, 80
+"""The plan's update where the arms are compared (the falsifier, the choice of the continued arm) and its primary test's."""
+TARGET_POINTS, ALPHA = 5, 0.05
+
+
+def continued_arm(run: ScaleRun) -> str | None:
+    """The arm the plan continues past update 40: more panel rooms won greedily there; a tie broken by more
+    sampled panel episodes won, then GiGPO. None until both arms have played the panel at update 40."""
+    names = run.checkpoints()
+    if any(f"{arm}_u{SCREEN_UPDATE}" not in names for arm in ARMS):
+        return None
+
+    def standing(arm: str) -> tuple[int, int, bool]:
+        name = f"{arm}_u{SCREEN_UPDATE}"
+        return (sum(r["won"] for r in run.results(name, "greedy")),
+                sum(r["wins"] for r in run.results(name, "sampled")), arm == "gigpo")
+    return max(ARMS, key=standing)
+
+
+def _against_start(run: ScaleRun, name: str, part: str) -> tuple[int, dict]:
+    """(net rooms gained, :func:`paired_outcomes`) of checkpoint ``name`` against the start on ``part``."""
+    before, after = run.results("start", part), run.results(name, part)
+    return sum(r["won"] for r in after) - sum(r["won"] for r in before), paired_outcomes(before, after)
+
+
+def verdict_lines(run: ScaleRun) -> list[str]:
+    """The pre-registered tests read off the committed panel: the falsifier at update 40, the continued arm, and
+    the primary test at update 80 with its target (at least 5 points net with two-sided p < 0.05, and no
+    significant loss on the official rooms). Says which are not played yet rather than guessing."""
+    names, lines = run.checkpoints(), []
+    gains = []
+    for arm in ARMS:
+        name = f"{arm}_u{SCREEN_UPDATE}"
+        if name in names:
+            net, paired = _against_start(run, name, "greedy")
+            gains.append(net > 0 and paired["p_value"] < ALPHA)
+            lines.append(f"{LABELS[arm]} at update {SCREEN_UPDATE}: {net:+d} rooms net, +{paired['gained']}/"
+                         f"-{paired['lost']}, two-sided p = {p_text(paired['p_value'])}")
+    if len(gains) < len(ARMS):
+        lines.append(f"Falsifier: not decided yet (not every arm has played the panel at update {SCREEN_UPDATE}).")
+        return lines
+    lines.append("Falsifier (neither arm gains on the greedy panel by update 40, two-sided p < 0.05): "
+                 + ("does not hold." if any(gains) else "**holds**: neither arm gained."))
+    arm = continued_arm(run)
+    lines.append(f"Continued arm, by the plan's rule (more panel rooms won greedily at update {SCREEN_UPDATE}): "
+                 f"{LABELS[arm]}.")
+    final = f"{arm}_u{PRIMARY_UPDATE}"
+    if final not in names:
+        lines.append(f"Primary test ({LABELS[arm]} at update {PRIMARY_UPDATE} against the start): not played yet.")
+        return lines
+    net, paired = _against_start(run, final, "greedy")
+    rooms = len(run.results(final, "greedy"))
+    needed = math.ceil(TARGET_POINTS * rooms / 100)
+    gain_met = net >= needed and paired["p_value"] < ALPHA
+    lines.append(f"**Primary test** ({LABELS[arm]} at update {PRIMARY_UPDATE} against the start, greedy panel, "
+                 f"exact two-sided sign test): {net:+d} rooms net of {rooms} ({100 * net / rooms:+.1f} points), "
+                 f"+{paired['gained']}/-{paired['lost']}, p = {p_text(paired['p_value'])}.")
+    if run.results(final, "official") and run.results("start", "official"):
+        official_net, official = _against_start(run, final, "official")
+        guard = not (official_net < 0 and official["p_value"] < ALPHA)
+        guard_text = (f"official rooms {official_net:+d} net, +{official['gained']}/-{official['lost']}, two-sided "
+                      f"p = {p_text(official['p_value'])}: " + ("no significant loss" if guard else "a significant loss"))
+    else:
+        guard, guard_text = False, "official rooms not played here, so the guard is unchecked"
+    verdict = "**met**" if gain_met and guard else "**not met**"
+    lines.append(f"Target (at least {needed} rooms net with p < {ALPHA}, and no significant loss on the official "
+                 f"rooms): {verdict}; gain {'met' if gain_met else 'not met'}, {guard_text}.")
     return lines
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from alfrl.paths import REPO_ROOT
 from alfrl.scale import (ScaleRun, arm_rows, cost_lines, detour_rows, markdown_table, origin_rows, plot_curve,
-                         summary_rows, task_rows)
+                         summary_rows, task_rows, verdict_lines)
 
 
 def figure(run: ScaleRun, path: Path) -> None:
@@ -39,6 +39,7 @@ def report(run: ScaleRun, figure_name: str = "scale.png") -> str:
                             ("Official valid_seen", detour_rows(run, "official"))) if rows) \
         or "No checkpoint's committed records keep their actions yet."
     costs = "\n".join(f"- {line}" for line in cost_lines(run)) or "- no update yet"
+    verdicts = "\n".join(f"- {line}" for line in verdict_lines(run))
     return f"""# The scale run on its pre-registered panel
 
 Made by `python scripts/scale_report.py` from `data/scale/panel/` and `data/scale/ARM/metrics.jsonl` (the code:
@@ -48,6 +49,10 @@ same way; sampled: 100 panel rooms x 4 episodes at temperature 0.6, sampling see
 rooms gained/lost and the exact two-sided sign test (greedy), or the exact two-sided sign-flip test over rooms of
 each room's change in its share won (sampled). Intervals: Wilson 95%. Every p is unadjusted; only the continued
 arm at update 80 on the greedy panel is the primary test.
+
+The pre-registered tests, read off the panel by `alfrl.scale.verdict_lines`:
+
+{verdicts}
 
 {markdown_table(summary_rows(run))}
 

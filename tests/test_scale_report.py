@@ -8,8 +8,8 @@ import json
 import pytest
 
 from alfrl.paths import REPO_ROOT
-from alfrl.scale import (ScaleRun, arm_rows, cost_lines, curve, detour_rows, lost_room, markdown_table, origin_rows,
-                         summary_rows, task_rows)
+from alfrl.scale import (ScaleRun, arm_rows, continued_arm, cost_lines, curve, detour_rows, lost_room, markdown_table,
+                         origin_rows, summary_rows, task_rows, verdict_lines)
 
 from script_loader import load_script
 
@@ -174,3 +174,52 @@ def test_the_committed_lost_rooms_were_won_by_the_start_and_lost_after():
         after = {r["game_id"]: r["won"] for r in ScaleRun().results(name, "greedy")}
         assert won.game_id == lost.game_id and won.won and not lost.won, name
         assert start[won.game_id] and not after[won.game_id], name
+
+
+def write_panel(root, name: str, won: int, rooms: int = 20, part: str = "greedy") -> None:
+    """A hand-built panel result: rooms r0..r{rooms-1}, the first ``won`` won."""
+    write_jsonl(root / "panel" / f"{name}_{part}.jsonl",
+                [{"split": "valid_unseen", "game_id": f"r{i}", "task_type": "pick_and_place_simple", "won": i < won}
+                 for i in range(rooms)])
+
+
+def test_verdict_lines_follow_the_plan_from_update_40_to_the_primary_test(tmp_path):
+    run = ScaleRun(tmp_path)
+    write_panel(tmp_path, "start", 10)
+    write_panel(tmp_path, "grpo_u40", 16)
+    assert verdict_lines(run)[-1] == "Falsifier: not decided yet (not every arm has played the panel at update 40)."
+    assert continued_arm(run) is None
+    # Both arms at update 40 win 16 of 20: +6/-0 each, p = 2 / 64 = 0.031. A tie on the greedy panel goes to
+    # the arm with more sampled wins (GRPO here), not to GiGPO, the last tie-break.
+    write_panel(tmp_path, "gigpo_u40", 16)
+    write_jsonl(tmp_path / "panel" / "grpo_u40_sampled.jsonl", [{"game_id": "r0", "k": 4, "wins": 3}])
+    write_jsonl(tmp_path / "panel" / "gigpo_u40_sampled.jsonl", [{"game_id": "r0", "k": 4, "wins": 2}])
+    assert continued_arm(run) == "grpo"
+    lines = verdict_lines(run)
+    assert lines[0] == "GRPO at update 40: +6 rooms net, +6/-0, two-sided p = 0.03"
+    assert lines[2] == "Falsifier (neither arm gains on the greedy panel by update 40, two-sided p < 0.05): does not hold."
+    assert lines[-1] == "Primary test (GRPO at update 80 against the start): not played yet."
+    # Update 80 wins all 20: +10/-0, p = 2 / 1024 = 2e-03, and 10 rooms net >= ceil(5% of 20) = 1. Official rooms:
+    # the start 2 of 3, update 80 1 of 3: one lost, p = 1, no significant loss: the target is met.
+    write_panel(tmp_path, "grpo_u80", 20)
+    write_panel(tmp_path, "start", 2, rooms=3, part="official")
+    write_panel(tmp_path, "grpo_u80", 1, rooms=3, part="official")
+    lines = verdict_lines(run)
+    assert lines[-2] == ("**Primary test** (GRPO at update 80 against the start, greedy panel, exact two-sided sign "
+                         "test): +10 rooms net of 20 (+50.0 points), +10/-0, p = 2e-03.")
+    assert lines[-1] == ("Target (at least 1 rooms net with p < 0.05, and no significant loss on the official rooms): "
+                         "**met**; gain met, official rooms -1 net, +0/-1, two-sided p = 1.00: no significant loss.")
+    # Without the official rooms the guard is unchecked, so the target is not called met.
+    (tmp_path / "panel" / "grpo_u80_official.jsonl").unlink()
+    assert verdict_lines(run)[-1].endswith("**not met**; gain met, official rooms not played here, so the guard is "
+                                           "unchecked.")
+
+
+def test_the_falsifier_holds_when_no_arm_gains_by_update_40(tmp_path):
+    run = ScaleRun(tmp_path)
+    write_panel(tmp_path, "start", 10)
+    write_panel(tmp_path, "grpo_u40", 12)  # +2/-0: p = 0.5
+    write_panel(tmp_path, "gigpo_u40", 12)
+    lines = verdict_lines(run)
+    assert lines[2].endswith("**holds**: neither arm gained.")
+    assert continued_arm(run) == "gigpo"  # tied everywhere: GiGPO, the plan's last tie-break
