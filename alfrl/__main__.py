@@ -389,8 +389,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                                    "A preset sets many flags at once; flags given explicitly win.")
     p.add_argument("--preset", default="cpu", choices=sorted(PRESETS),
                    help="cpu: the bundled small model, minutes on 2 cores; practice: its method on a fixed pool of "
-                        "8 games; scale: its method at the reference run's 5,120 episodes, hours; reference: the "
-                        "reference run's settings for a GPU (default: cpu; alfrl.train_config.PRESETS)")
+                        "8 games; scale: its method for the reference run's 80 updates (at most 5,120 episodes), "
+                        "hours; reference: the reference run's settings for a GPU (default: cpu; "
+                        "alfrl.train_config.PRESETS)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
                                                        "(with its saved config; --updates may raise the total)")
     add_dataclass_args(p, TrainConfig)

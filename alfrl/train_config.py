@@ -257,11 +257,11 @@ def practice_preset(native_bf16: bool) -> dict:
 
 
 def scale_preset(native_bf16: bool) -> dict:
-    """The scale preset: the cpu preset's rollouts at the reference run's size, 8 trained groups of 8 an update
-    for 80 updates (5,120 trained episodes), from the default warm start. Every update plays fresh rooms: the
-    next ones of data/rl_rooms, then of data/rl_rooms_more (small generated train rooms, never a held-out one),
-    8 at first and more, 2 at a time, until 8 groups have a reward spread (DAPO's dynamic sampling) or 16 were
-    played. One checkpoint is kept and no tracker writes (a long run's disk stays small);
+    """The scale preset: the cpu preset's rollouts at the reference run's size, up to 8 trained groups of 8 an
+    update for 80 updates (at most 5,120 trained episodes), from the default warm start. Every update plays
+    fresh rooms: the next ones of data/rl_rooms, then of data/rl_rooms_more (small generated train rooms, never a
+    held-out one), 8 at first and more, 2 at a time, until 8 groups have a reward spread (DAPO's dynamic
+    sampling) or 16 were played. One checkpoint is kept and no tracker writes (a long run's disk stays small);
     scripts/scale_run.py drives its two arms (--credit grpo and gigpo) and docs/results.md says what they did."""
     return {**cpu_preset(native_bf16), "run_dir": "runs/scale", "data_dir": "data/rl_rooms",
             "more_data_dir": "data/rl_rooms_more", "games_per_update": 8,
@@ -292,9 +292,10 @@ CPU about 4.5 minutes an update from the first warm start (45 in all) and 3.7 fr
 docs/results.md for what this does and does not achieve).
 practice: the same method on a fixed pool of 8 training games, each revisited 5 times in 20 updates
 (:func:`practice_preset`; scripts/practice_result.py measures what it gains on them and on matched
-controls). scale: the cpu preset's method at the reference run's 5,120 episodes, fresh rooms every update
-(:func:`scale_preset`). reference: the reference run's settings (8 games x 8, 50 steps, 12K tokens, temperature 1, LoRA
-rank 32, lr 1e-6) for a GPU, with truncated importance sampling (cap 2) for its bf16 sampler."""
+controls). scale: the cpu preset's method for the reference run's 80 updates (at most 5,120 episodes), fresh
+rooms every update (:func:`scale_preset`). reference: the reference run's settings (8 games x 8, 50 steps, 12K
+tokens, temperature 1, LoRA rank 32, lr 1e-6) for a GPU, with truncated importance sampling (cap 2) for its bf16
+sampler."""
 
 
 def preset(name: str, **overrides) -> TrainConfig:

@@ -34,7 +34,8 @@ from alfrl.train_config import preset
 
 ARMS = ("grpo", "gigpo")
 MILESTONES = (10, 20, 40, 80)
-"""The updates whose adapters the panel plays: 640, 1,280, 2,560 and 5,120 trained episodes at 8 groups of 8."""
+"""The updates whose adapters the panel plays: at most 640, 1,280, 2,560 and 5,120 trained episodes (8 groups of 8
+an update, fewer where fewer groups have a spread)."""
 
 
 def run_dir(arm: str) -> Path:

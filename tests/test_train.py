@@ -176,7 +176,8 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
 
 
 def test_scale_preset_is_the_reference_runs_size():
-    """8 trained groups of 8 for 80 updates (5,120 episodes), fresh generated train rooms, spread groups only."""
+    """Up to 8 trained groups of 8 for 80 updates (at most 5,120 episodes), fresh generated train rooms, spread
+    groups only."""
     config = preset("scale")
     assert (config.games_per_update, config.k, config.updates) == (8, 8, 80)
     assert config.games_per_update * config.k * config.updates == 5120
