@@ -13,6 +13,9 @@ Stages (each skipped when its output is complete, so a re-run continues where it
   collect  copy what is committed into data/results/practice/ (profiles, metrics, trajectories, plots, result,
            the example game, held-out outcomes, seconds.json): a few hundred KB
 
+``--warm-start warmstart_epoch --out runs/practice_epoch --dest data/results/practice_epoch`` measures the
+same pool from the default warm start instead of the first one (its before stage, training and held-out
+pairing; the output folder remembers its warm start and pool, and refuses another).
 ``--stages before train`` runs only those. The wall time of each stage goes into OUT/seconds.json.
 ``--updates 12 --out runs/practice12`` trains a shorter run of the same preset (its folder and files are
 named seed0_12updates); copy OUT/before_* from another output folder to reuse its "before" stage.
@@ -28,13 +31,39 @@ from pathlib import Path
 from alfrl.checkpoint import latest_checkpoint, read_jsonl
 from alfrl.eval_stats import paired_outcomes, wilson_interval
 from alfrl.evaluate import EvalConfig, evaluate, selected_records
+from alfrl.models import EPOCH_WARM_START, SHIPPED, WARM_START
 from alfrl.paths import REPO_ROOT
 from alfrl.practice import ProfileConfig, practice_result, profile, read_pool, read_profile, resolve_pool
+from alfrl.rundir import changed_settings
 from alfrl.train import preset, train
 
 STAGES = ("before", "bare", "train", "after", "heldout", "report", "collect")
-WARM_HELDOUT = REPO_ROOT / "data" / "results" / "cpu_learning_lr3e-4_outcomes.jsonl"
-"""The warm start's greedy outcomes on the 123 held-out small rooms, committed (paired with the 60 played here)."""
+WARM_HELDOUT = {WARM_START: (REPO_ROOT / "data/results/cpu_learning_lr3e-4_outcomes.jsonl", "warm start"),
+                EPOCH_WARM_START: (REPO_ROOT / "data/results/rl_on_warmstart_epoch_heldout_outcomes.jsonl",
+                                   "one epoch (the start)")}
+"""Each warm start's committed greedy outcomes on the 123 held-out small rooms (the file, and the checkpoint's
+name in it), paired with the 60 rooms played after practice."""
+DEST = REPO_ROOT / "data" / "results" / "practice"
+"""Where the collect stage copies the first warm start's results (``--dest`` for another)."""
+
+
+def warm_heldout(warm_start: str, games: set[str]) -> list[dict]:
+    """``warm_start``'s committed greedy outcomes on ``games`` (held-out rooms)."""
+    path, name = WARM_HELDOUT[warm_start]
+    return [r for r in read_jsonl(path) if r["checkpoint"] == name and r["game_id"] in games]
+
+
+def remember_settings(out: Path, settings: dict) -> None:
+    """Write ``settings`` (the warm start and the pool) into OUT/settings.json, or refuse an output folder
+    whose stages were run with other ones: its before stage and runs would belong to another experiment."""
+    path = out / "settings.json"
+    if path.is_file():
+        changed = changed_settings(json.loads(path.read_text()), settings)
+        if changed:
+            raise SystemExit(f"{out} holds a practice result with other settings ({', '.join(changed)}): "
+                             "give the ones it was made with, or another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=1) + "\n")
 
 
 def measure(out: Path, adapter: str, pool_file: str, greedy: bool, samples: int, threads: int | None = None
@@ -54,7 +83,7 @@ def heldout_config(out: Path, adapter: str | None = None) -> EvalConfig:
                       max_new_tokens=cpu.max_new_tokens, max_trajectory_tokens=cpu.max_trajectory_tokens)
 
 
-def report(out: Path, seed_dir: Path, pool: dict) -> dict:
+def report(out: Path, seed_dir: Path, pool: dict, warm_start: str = WARM_START) -> dict:
     samples = read_profile(out / "before_sampled")[0]["k"]
     result = {"seed": seed_dir.name, "pool": pool["practice"], "control": pool["control"], "samples": samples}
     for measure_name, folder in (("sampled", "sampled"), ("greedy", "greedy")):
@@ -63,7 +92,7 @@ def report(out: Path, seed_dir: Path, pool: dict) -> dict:
     if (seed_dir / "heldout" / "records.jsonl").is_file():
         after = selected_records(heldout_config(seed_dir / "heldout"))
         played = {r["game_id"] for r in after}
-        warm = [r for r in read_jsonl(WARM_HELDOUT) if r["checkpoint"] == "warm start" and r["game_id"] in played]
+        warm = warm_heldout(warm_start, played)
         paired = paired_outcomes(warm, after)
         result["heldout"] = {"games": len(after), "warm_start_won": sum(r["won"] for r in warm),
                              "after_won": sum(r["won"] for r in after),
@@ -77,8 +106,10 @@ def report(out: Path, seed_dir: Path, pool: dict) -> dict:
     (seed_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     seed, _, length = seed_dir.name[4:].partition("_")  # "seed1", or "seed0_12updates"
     flags = f"--seed {seed}" + (f" --updates {length.removesuffix('updates')} --out {out}" if length else "")
-    made_by = (f"Made by `python scripts/practice_result.py {flags} --samples {samples}`: the first "
-               "warm start before, the newest checkpoint of `--preset practice` after, on the pool of "
+    if warm_start != WARM_START:
+        flags += f" --warm-start {warm_start} --out {out}"
+    made_by = (f"Made by `python scripts/practice_result.py {flags} --samples {samples}`: "
+               f"{SHIPPED[warm_start][0]} before, the newest checkpoint of `--preset practice` after, on the pool of "
                "`data/practice/pool.json`; sampled at T=0.6 with seed 1 on both sides (common random numbers), greedy "
                "at temperature 0. p: one-sided sign-flip test on per-game differences (practised), two-sided (control), "
                "a permutation of the practised/control labels (practised minus control), the exact sign test (held out).")
@@ -108,14 +139,13 @@ def example(out: Path, seed_dir: Path, pool: dict) -> dict | None:
     return None
 
 
-def collect(out: Path, seed_dir: Path, seed: str, pool: dict) -> None:
-    """The committed copy of a seed's results, in data/results/practice/ (``seed``: the seed, or e.g.
-    "0_12updates" for a run of other length)."""
+def collect(out: Path, seed_dir: Path, seed: str, pool: dict, dest: Path = DEST) -> None:
+    """The committed copy of a seed's results, in ``dest`` (``seed``: the seed, or e.g. "0_12updates" for a run
+    of other length); its adapter in data/practice/ (the first warm start's) or in ``dest``."""
     import lzma
     import shutil
 
     from alfrl.eval_stats import outcomes
-    dest = REPO_ROOT / "data" / "results" / "practice"
     dest.mkdir(parents=True, exist_ok=True)
     def complete(profile: Path) -> bool:  # every pool game measured (an interrupted stage is not copied)
         return profile.is_file() and len(read_profile(profile)) == len(pool["practice"]) + len(pool["control"])
@@ -141,7 +171,7 @@ def collect(out: Path, seed_dir: Path, seed: str, pool: dict) -> None:
     if (out / "seconds.json").is_file():  # one file per output folder: seconds.json for runs/practice_result
         name = "seconds.json" if out.name == "practice_result" else f"seconds_{out.name}.json"
         shutil.copy(out / "seconds.json", dest / name)
-    adapter = REPO_ROOT / "data" / "practice" / f"adapter_seed{seed}"
+    adapter = (REPO_ROOT / "data" / "practice" if dest == DEST else dest) / f"adapter_seed{seed}"
     _half_adapter(latest_checkpoint(run) / "adapter", adapter)
     print(f"copied into {dest.relative_to(REPO_ROOT)}; the adapter, in float16, into {adapter.relative_to(REPO_ROOT)}")
 
@@ -209,6 +239,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/practice_result")
     parser.add_argument("--pool", default="data/practice/pool.json")
+    parser.add_argument("--warm-start", default=WARM_START, choices=sorted(WARM_HELDOUT),
+                        help="the adapter practice starts from and is measured against (default: the first warm "
+                             "start, which chose the pool)")
+    parser.add_argument("--dest", default=str(DEST.relative_to(REPO_ROOT)),
+                        help="where the collect stage copies what is committed")
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the measuring stages")
     parser.add_argument("--samples", type=int, default=16, help="episodes a game at the rollout temperature, "
@@ -220,6 +255,7 @@ def main() -> None:
     out, pool_file = Path(args.out), str(resolve_pool(args.pool))
     pool = read_pool(pool_file)
     tag = f"{args.seed}" if args.updates in (None, preset("practice").updates) else f"{args.seed}_{args.updates}updates"
+    remember_settings(out, {"warm_start": args.warm_start, "pool": pool_file})
     seed_dir = out / f"seed{tag}"
     seed_dir.mkdir(parents=True, exist_ok=True)
     seconds_file = out / "seconds.json"
@@ -236,13 +272,13 @@ def main() -> None:
     run = seed_dir / "run"
     for stage in args.stages:
         if stage == "before":
-            timed("before", lambda: [measure(out / f"before_{m}", "warmstart", pool_file, m == "greedy", args.samples,
+            timed("before", lambda: [measure(out / f"before_{m}", args.warm_start, pool_file, m == "greedy", args.samples,
                                                      args.threads)
                                      for m in ("sampled", "greedy")])
         elif stage == "bare":
             timed("bare", lambda: measure(out / "bare_greedy", "none", pool_file, True, args.samples))
         elif stage == "train":
-            config = preset("practice", run_dir=str(run), seed=args.seed, pool=pool_file,
+            config = preset("practice", run_dir=str(run), seed=args.seed, pool=pool_file, init_adapter=args.warm_start,
                             **({"updates": args.updates} if args.updates else {}))
             timed(f"train_seed{tag}", lambda: train(resume=run) if (run / "config.json").is_file()
                   else train(config))
@@ -257,9 +293,9 @@ def main() -> None:
             else:
                 timed(f"heldout_seed{tag}", lambda: evaluate(heldout_config(seed_dir / "heldout", adapter)))
         elif stage == "report":
-            report(out, seed_dir, pool)
+            report(out, seed_dir, pool, args.warm_start)
         else:
-            collect(out, seed_dir, tag, pool)
+            collect(out, seed_dir, tag, pool, REPO_ROOT / args.dest)
 
 
 if __name__ == "__main__":
