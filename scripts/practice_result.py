@@ -105,9 +105,9 @@ def report(out: Path, seed_dir: Path, pool: dict, warm_start: str = WARM_START) 
     result["visits"] = [m.get("game_wins") for m in read_jsonl(seed_dir / "run" / "metrics.jsonl")]
     (seed_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     seed, _, length = seed_dir.name[4:].partition("_")  # "seed1", or "seed0_12updates"
-    flags = f"--seed {seed}" + (f" --updates {length.removesuffix('updates')} --out {out}" if length else "")
-    if warm_start != WARM_START:
-        flags += f" --warm-start {warm_start} --out {out}"
+    extra = ([f"--updates {length.removesuffix('updates')}"] if length else []) \
+        + ([f"--warm-start {warm_start}"] if warm_start != WARM_START else [])
+    flags = " ".join([f"--seed {seed}", *extra, *([f"--out {out}"] if extra else [])])
     made_by = (f"Made by `python scripts/practice_result.py {flags} --samples {samples}`: "
                f"{SHIPPED[warm_start][0]} before, the newest checkpoint of `--preset practice` after, on the pool of "
                "`data/practice/pool.json`; sampled at T=0.6 with seed 1 on both sides (common random numbers), greedy "
