@@ -93,11 +93,15 @@ def rate(won: int, n: int) -> str:
     return f"{won}/{n} ({100 * won / n:.1f}%, {100 * low:.0f}-{100 * high:.0f})"
 
 
+def net_change(before: list[dict], after: list[dict]) -> tuple[int, dict]:
+    """(rooms won after minus before, :func:`paired_outcomes`: gained, lost and the exact two-sided sign test)."""
+    return sum(r["won"] for r in after) - sum(r["won"] for r in before), paired_outcomes(before, after)
+
+
 def greedy_change(before: list[dict], after: list[dict]) -> str:
     """Points gained, rooms gained/lost and the exact two-sided sign test, paired by room."""
-    paired = paired_outcomes(before, after)
-    won_before, won_after = sum(r["won"] for r in before), sum(r["won"] for r in after)
-    return (f"{100 * (won_after - won_before) / len(after):+.1f} pts, +{paired['gained']}/-{paired['lost']}, "
+    net, paired = net_change(before, after)
+    return (f"{100 * net / len(after):+.1f} pts, +{paired['gained']}/-{paired['lost']}, "
             f"p = {p_text(paired['p_value'])}")
 
 
@@ -232,9 +236,8 @@ def continued_arm(run: ScaleRun) -> str | None:
 
 
 def _against_start(run: ScaleRun, name: str, part: str) -> tuple[int, dict]:
-    """(net rooms gained, :func:`paired_outcomes`) of checkpoint ``name`` against the start on ``part``."""
-    before, after = run.results("start", part), run.results(name, part)
-    return sum(r["won"] for r in after) - sum(r["won"] for r in before), paired_outcomes(before, after)
+    """:func:`net_change` of checkpoint ``name`` against the start on ``part``."""
+    return net_change(run.results("start", part), run.results(name, part))
 
 
 def verdict_lines(run: ScaleRun) -> list[str]:
@@ -263,7 +266,7 @@ def verdict_lines(run: ScaleRun) -> list[str]:
         lines.append(f"Primary test ({LABELS[arm]} at update {PRIMARY_UPDATE} against the start): not played yet.")
         return lines
     net, paired = _against_start(run, final, "greedy")
-    rooms = len(run.results(final, "greedy"))
+    rooms = paired["games"]
     needed = math.ceil(TARGET_POINTS * rooms / 100)
     gain_met = net >= needed and paired["p_value"] < ALPHA
     lines.append(f"**Primary test** ({LABELS[arm]} at update {PRIMARY_UPDATE} against the start, greedy panel, "
