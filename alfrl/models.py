@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alfrl.bundled import BUNDLED, bundled_model_dir, cache_dir  # noqa: F401 (re-exported)
-from alfrl.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, WARM_START_DIR
+from alfrl.paths import (EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, SCALE_GRPO_DIR,
+                         WARM_START_DIR)
 from alfrl.protocol import check_thinking_switch
 
 # transformers v5 renamed gradient checkpointing to activation checkpointing; peft (and the v4 names
@@ -45,18 +46,23 @@ DEFAULT_WARM_START = EPOCH_WARM_START
 GRPO = "grpo"
 """``lora=GRPO`` (``--adapter grpo``) loads the first warm start after the 12-update GRPO run of
 docs/results.md, shipped with the course for the bundled model (``data/grpo``)."""
+SCALE_GRPO = "grpo_scale"
+"""``lora=SCALE_GRPO`` (``--adapter grpo_scale``) loads the default warm start after the scale run's 80 GRPO
+updates on fresh rooms (``data/scale/grpo/adapters/step_00080``), the course's largest RL run."""
 SHIPPED = {WARM_START: ("the first warm start (expert SFT, 150 walkthroughs)", _in_repo(WARM_START_DIR)),
            EXPERT_WARM_START: ("the second warm start (the first on 320 more expert walkthroughs)",
                                  _in_repo(EXPERT_WARM_START_DIR)),
            EPOCH_WARM_START: ("the default warm start (the first on 880 more expert walkthroughs, one epoch)",
                               _in_repo(EPOCH_WARM_START_DIR)),
-           GRPO: ("the shipped GRPO adapter (the first warm start after 12 GRPO updates)", _in_repo(GRPO_DIR))}
+           GRPO: ("the shipped GRPO adapter (the first warm start after 12 GRPO updates)", _in_repo(GRPO_DIR)),
+           SCALE_GRPO: ("the scale run's GRPO adapter (the default warm start after 80 GRPO updates on fresh rooms)",
+                        _in_repo(SCALE_GRPO_DIR))}
 """The adapters that ship with the course, by name: what they are, and their folder in the repository."""
 _SFT = ("make one for it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
         "--init-adapter runs/sft/adapter")
-HOW_TO_MAKE = {WARM_START: _SFT, EXPERT_WARM_START: _SFT, EPOCH_WARM_START: _SFT,
-               GRPO: "train one for it with: python -m alfrl train --model {model} --run-dir runs/mine, then pass "
-                     "its runs/mine/checkpoints/step_*/adapter"}
+_TRAIN = ("train one for it with: python -m alfrl train --model {model} --run-dir runs/mine, then pass "
+          "its runs/mine/checkpoints/step_*/adapter")
+HOW_TO_MAKE = {WARM_START: _SFT, EXPERT_WARM_START: _SFT, EPOCH_WARM_START: _SFT, GRPO: _TRAIN, SCALE_GRPO: _TRAIN}
 
 
 @dataclass
@@ -219,7 +225,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
 
     ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
     directory of a saved adapter (loaded trainable, to continue training), or a shipped adapter's
-    name (:data:`SHIPPED`: ``"warmstart_epoch"``, ``"warmstart_expert"``, ``"warmstart"``, ``"grpo"``) for the
+    name (:data:`SHIPPED`: ``"warmstart_epoch"``, ``"warmstart_expert"``, ``"warmstart"``, ``"grpo"``,
+    ``"grpo_scale"``) for the
     bundled model. ``thinking``: ``auto``, ``on`` or ``off``, the template's thinking switch (:func:`thinking_switch`).
     """
     import torch
@@ -296,7 +303,7 @@ def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
 
 def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
     """The directory of a saved adapter; a name in :data:`SHIPPED` (``"warmstart_epoch"``, ``"warmstart_expert"``,
-    ``"warmstart"``, ``"grpo"``) is that adapter of the course (bundled model only)."""
+    ``"warmstart"``, ``"grpo"``, ``"grpo_scale"``) is that adapter of the course (bundled model only)."""
     if str(adapter) not in SHIPPED:
         return Path(adapter)
     what, folder = SHIPPED[str(adapter)]

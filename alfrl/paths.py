@@ -26,6 +26,9 @@ and what it wins)."""
 GRPO_DIR = REPO_ROOT / "data" / "grpo"
 """The first warm start after the 12-update GRPO run of docs/results.md (cpu preset, seed 0), committed; its README
 gives the command that made it and what it does on held-out games."""
+SCALE_GRPO_DIR = REPO_ROOT / "data" / "scale" / "grpo" / "adapters" / "step_00080"
+"""The default warm start after the scale run's 80 GRPO updates (docs/results.md, data/scale/PREREGISTRATION.md),
+committed in float16; its README gives the command, the wall time and what it does on the held-out panel."""
 
 
 def games_dir() -> Path:

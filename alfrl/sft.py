@@ -60,7 +60,7 @@ class SFTConfig:
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     init_adapter: str | None = None
     """Continue training a saved adapter (a folder, or a shipped one: "warmstart_epoch",
-    "warmstart_expert", "warmstart", "grpo") instead of a fresh one."""
+    "warmstart_expert", "warmstart", "grpo", "grpo_scale") instead of a fresh one."""
     lora_rank: int = 16
     """LoRA rank."""
     lora_alpha: int = 32

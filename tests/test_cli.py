@@ -152,6 +152,9 @@ def test_demo_agent_takes_a_run_directory(tmp_path):
     assert (name, model) == ("warmstart_epoch", "bundled") and "default" in what and "data/warmstart_epoch" in what
     name, model, what = agent_adapter("grpo", None)
     assert (name, model) == ("grpo", "bundled") and "GRPO" in what and str(GRPO_DIR.name) in what
+    name, model, what = agent_adapter("grpo_scale", None)
+    assert (name, model) == ("grpo_scale", "bundled") and "80 GRPO updates" in what
+    assert "data/scale/grpo/adapters/step_00080" in what
 
 
 @pytest.mark.parametrize("where", ["missing", "empty"])

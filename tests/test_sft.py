@@ -121,21 +121,24 @@ def test_the_default_warm_start_continues_the_first():
                for k in first if "lora_B" in k)
 
 
-def test_the_shipped_grpo_adapter_is_the_warm_start_moved_by_rl(tiny_games):
-    """data/grpo (``--adapter grpo``): the warm start's LoRA shape, other weights, and still valid,
-    admissible tool calls on a game it never saw."""
+@pytest.mark.parametrize("name", ["grpo", "grpo_scale"])
+def test_the_shipped_grpo_adapters_are_their_warm_start_moved_by_rl(tiny_games, name):
+    """data/grpo (``--adapter grpo``, from the first warm start) and the scale run's update 80
+    (``--adapter grpo_scale``, from the default one): their warm start's LoRA shape, every layer moved but not
+    far, and still valid, admissible tool calls on a game they never saw."""
     from safetensors.torch import load_file
 
     from alfrl.models import load_policy
-    from alfrl.paths import GRPO_DIR, WARM_START_DIR
+    from alfrl.paths import EPOCH_WARM_START_DIR, GRPO_DIR, SCALE_GRPO_DIR, WARM_START_DIR
     from alfrl.rollout import RolloutConfig, rollout_group
 
-    _check_shipped("grpo", GRPO_DIR)
-    warm, rl = (load_file(d / "adapter_model.safetensors") for d in (WARM_START_DIR, GRPO_DIR))
+    folder, start = {"grpo": (GRPO_DIR, WARM_START_DIR), "grpo_scale": (SCALE_GRPO_DIR, EPOCH_WARM_START_DIR)}[name]
+    _check_shipped(name, folder)
+    warm, rl = (load_file(d / "adapter_model.safetensors") for d in (start, folder))
     assert warm.keys() == rl.keys() and all(warm[k].shape == rl[k].shape for k in warm)
     moved = [float((rl[k].float() - warm[k].float()).norm() / warm[k].float().norm()) for k in warm if "lora_B" in k]
     assert min(moved) > 0 and max(moved) < 1  # RL moved every layer, and not far
-    policy = load_policy(lora="grpo")
+    policy = load_policy(lora=name)
     game = next(g for g in tiny_games.games("valid_unseen") if g.task_type == "pick_and_place_simple")
     (t,) = rollout_group(policy, game, RolloutConfig(k=1, max_steps=1, max_new_tokens=48, temperature=0.0,
                                                      workers=0, draft_tokens=8))
