@@ -226,8 +226,8 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
     ``lora``: None (no adapter), a :class:`LoraSpec` (a fresh trainable adapter), the
     directory of a saved adapter (loaded trainable, to continue training), or a shipped adapter's
     name (:data:`SHIPPED`: ``"warmstart_epoch"``, ``"warmstart_expert"``, ``"warmstart"``, ``"grpo"``,
-    ``"grpo_scale"``) for the
-    bundled model. ``thinking``: ``auto``, ``on`` or ``off``, the template's thinking switch (:func:`thinking_switch`).
+    ``"grpo_scale"``) for the bundled model. ``thinking``: ``auto``, ``on`` or ``off``, the template's thinking
+    switch (:func:`thinking_switch`).
     """
     import torch
     from transformers import AutoModelForCausalLM
