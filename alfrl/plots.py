@@ -86,7 +86,7 @@ def plot_visits(curves: dict[str, list[tuple[int, int, int]]], ax=None):
     from matplotlib.ticker import MaxNLocator
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.2), constrained_layout=True)
+        _, ax = plt.subplots(figsize=(7, 3.2), constrained_layout=True)
     for game, visits in sorted(curves.items()):
         ax.plot(range(1, len(visits) + 1), [w / k for _, w, k in visits], marker=".", alpha=0.6,
                 linewidth=1, label=short_game_name(game))
@@ -102,5 +102,5 @@ def plot_visits(curves: dict[str, list[tuple[int, int, int]]], ax=None):
     ax.set_ylabel("share of the group won")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="best", ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)  # beside: lines end at 1
     return ax

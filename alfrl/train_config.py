@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from alfrl.advantage import CREDITS, AdvantageConfig
 from alfrl.bundled import BUNDLED
 from alfrl.checks import Range, check_fields
-from alfrl.models import DEFAULT_WARM_START, WARM_START
+from alfrl.models import DEFAULT_WARM_START
 from alfrl.precision import native_bf16_cpu, warn_if_slow_bf16
 from alfrl.ppo import PPOConfig
 from alfrl.rollout import RolloutConfig
@@ -245,14 +245,13 @@ def cpu_preset(native_bf16: bool) -> dict:
 
 
 def practice_preset(native_bf16: bool) -> dict:
-    """The practice preset: the cpu preset's method and rollouts on the fixed pool of
-    data/practice/pool.json (8 games the first warm start wins some of the time: its difficulty profile
-    chose them, so the preset starts from it), 2 games an update, so every game comes back every 4
-    updates, 5 visits in 20 updates. Every group is trained (no dynamic sampling: the pool is fixed, and a
-    group all won or all lost has zero advantage and adds no gradient anyway).
-    Seed 0 took 89 minutes on 2 cores of an AMD EPYC with AVX512_BF16 (docs/results.md, "Practice")."""
+    """The practice preset: the cpu preset's method and rollouts, from the default warm start, on the fixed
+    pool of data/practice/pool.json (8 practised games and 8 matched controls, chosen from the first warm
+    start's difficulty profile), 2 games an update, so every game comes back every 4 updates, 5 visits in 20
+    updates. Every group is trained (no dynamic sampling: the pool is fixed, and a group all won or all lost
+    has zero advantage and adds no gradient anyway). Seed 0 trained for 24 minutes on 2 cores of an AMD EPYC
+    with AVX512_BF16 (data/results/practice_epoch/seconds_practice_epoch.json)."""
     return {**cpu_preset(native_bf16), "run_dir": "runs/practice", "pool": "data/practice/pool.json",
-            "init_adapter": WARM_START,  # the pool is chosen from this adapter's profile
             "dynamic_sampling": False, "games_per_update": 2, "updates": 20}
 
 

@@ -8,9 +8,10 @@
 #
 #   bash scripts/beyond_grpo_scale.sh            # run what is not done yet; rerun to continue after a stop
 #
-# Resumable: a replay that finished (its adapter/ exists) is not trained again, one that was stopped continues
-# from its last update (replay_training.py --resume), and each panel part continues where it stopped
-# (scripts/scale_panel.py). Writes data/results/beyond_grpo_scale.*
+# Resumable: a rule whose panel parts are committed (data/scale/panel/RULE_replay_u10_seconds.json names them) is
+# done, even on a fresh clone; a replay that finished (its adapter/ exists) is not trained again, one that was
+# stopped continues from its last update (replay_training.py --resume), and each panel part continues where it
+# stopped (scripts/scale_panel.py). Writes data/results/beyond_grpo_scale.*
 # (greedy panel) and data/results/beyond_grpo_scale_official.*, and each replay's per-update metrics as
 # data/results/beyond_grpo_scale_RULE_metrics.jsonl. Off-policy: the episodes were sampled by GRPO's policy.
 set -euo pipefail
@@ -23,8 +24,17 @@ run() { say "$(printf '%q ' "$@")"; "$@"; }
 
 declare -A ALGO=([rft]=rft [dpo]=dpo [grpo_subgoals]=grpo)
 declare -A EXTRA=([rft]="" [dpo]="" [grpo_subgoals]="--set subgoal_reward=0.1 keep_groups=progress")
+played() {  # the panel parts scale_panel.py finished for checkpoint $1 (greedy, and official where its games are)
+    "$PY" -c 'import json, sys; from pathlib import Path; sys.path.insert(0, "scripts"); from scale_panel import official_data
+f = Path(f"data/scale/panel/{sys.argv[1]}_seconds.json"); s = json.loads(f.read_text()) if f.is_file() else {}
+sys.exit(0 if "greedy" in s and ("official" in s or official_data() is None) else 1)' "$1"
+}
 for rule in rft dpo grpo_subgoals; do
     out=runs/replay_scale_$rule
+    if played "${rule}_replay_u10" && [[ -f data/results/beyond_grpo_scale_${rule}_metrics.jsonl ]]; then
+        say "$rule: replayed and played on the panel (data/scale/panel/${rule}_replay_u10_*)"
+        continue
+    fi
     if [[ ! -d $out/adapter ]]; then
         resume=()
         if [[ -f $out/config.json ]]; then resume=(--resume); else rm -rf "$out"; fi  # a stopped replay continues

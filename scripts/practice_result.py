@@ -1,7 +1,7 @@
 """The practice result: the warm start practises a fixed pool of 8 training games (``--preset practice``),
 and it is measured before and after on those games and on 8 matched controls it never trained on.
 
-    python scripts/practice_result.py --seed 0 --out runs/practice_result
+    python scripts/practice_result.py --seed 0                 # from the default warm start, as the preset
 
 Stages (each skipped when its output is complete, so a re-run continues where it stopped):
   before   the warm start on the 16 pool games: --samples episodes a game at the rollout temperature (seed 1), and greedy
@@ -10,14 +10,14 @@ Stages (each skipped when its output is complete, so a re-run continues where it
   after    the trained adapter, measured as "before" (the same sampling seeds: common random numbers)
   heldout  greedy on 60 held-out small rooms (data/heldout valid_unseen, as the learning result of docs/results.md)
   report   OUT/seedS/result.json and result.md: per-game paired sign-flip tests, practised minus control
-  collect  copy what is committed into data/results/practice/ (profiles, metrics, trajectories, plots, result,
-           the example game, held-out outcomes, seconds.json): a few hundred KB
+  collect  copy what is committed into data/results/practice_epoch/ (profiles, metrics, trajectories, plots,
+           result, the example game, held-out outcomes, seconds, the float16 adapter): about 5 MB
 
-``--warm-start warmstart_epoch --out runs/practice_epoch --dest data/results/practice_epoch`` measures the
-same pool from the default warm start instead of the first one (its before stage, training and held-out
-pairing; the output folder remembers its warm start and pool, and refuses another).
+``--warm-start warmstart`` measures the same pool from the first warm start, whose difficulty profile chose
+it (output in runs/practice_result, committed in data/results/practice/, adapters in data/practice/); the
+output folder remembers its warm start and pool, and refuses another.
 ``--stages before train`` runs only those. The wall time of each stage goes into OUT/seconds.json.
-``--updates 12 --out runs/practice12`` trains a shorter run of the same preset (its folder and files are
+``--warm-start warmstart --updates 12 --out runs/practice12`` trains a shorter run of the same preset (its folder and files are
 named seed0_12updates); copy OUT/before_* from another output folder to reuse its "before" stage.
 """
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from alfrl.checkpoint import latest_checkpoint, read_jsonl
 from alfrl.eval_stats import paired_outcomes, wilson_interval
 from alfrl.evaluate import EvalConfig, evaluate, selected_records
-from alfrl.models import EPOCH_WARM_START, SHIPPED, WARM_START
+from alfrl.models import DEFAULT_WARM_START, EPOCH_WARM_START, SHIPPED, WARM_START
 from alfrl.paths import REPO_ROOT
 from alfrl.practice import ProfileConfig, practice_result, profile, read_pool, read_profile, resolve_pool
 from alfrl.rundir import changed_settings
@@ -43,8 +43,9 @@ WARM_HELDOUT = {WARM_START: (REPO_ROOT / "data/results/cpu_learning_lr3e-4_outco
                                    "one epoch (the start)")}
 """Each warm start's committed greedy outcomes on the 123 held-out small rooms (the file, and the checkpoint's
 name in it), paired with the 60 rooms played after practice."""
-DEST = REPO_ROOT / "data" / "results" / "practice"
-"""Where the collect stage copies the first warm start's results (``--dest`` for another)."""
+FOLDERS = {WARM_START: ("runs/practice_result", "data/results/practice"),
+           EPOCH_WARM_START: ("runs/practice_epoch", "data/results/practice_epoch")}
+"""Each warm start's default output folder (``--out``) and committed folder (``--dest``)."""
 
 
 def warm_heldout(warm_start: str, games: set[str]) -> list[dict]:
@@ -83,7 +84,7 @@ def heldout_config(out: Path, adapter: str | None = None) -> EvalConfig:
                       max_new_tokens=cpu.max_new_tokens, max_trajectory_tokens=cpu.max_trajectory_tokens)
 
 
-def report(out: Path, seed_dir: Path, pool: dict, warm_start: str = WARM_START) -> dict:
+def report(out: Path, seed_dir: Path, pool: dict, warm_start: str = DEFAULT_WARM_START) -> dict:
     samples = read_profile(out / "before_sampled")[0]["k"]
     result = {"seed": seed_dir.name, "pool": pool["practice"], "control": pool["control"], "samples": samples}
     for measure_name, folder in (("sampled", "sampled"), ("greedy", "greedy")):
@@ -106,7 +107,7 @@ def report(out: Path, seed_dir: Path, pool: dict, warm_start: str = WARM_START) 
     (seed_dir / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     seed, _, length = seed_dir.name[4:].partition("_")  # "seed1", or "seed0_12updates"
     extra = ([f"--updates {length.removesuffix('updates')}"] if length else []) \
-        + ([f"--warm-start {warm_start}"] if warm_start != WARM_START else [])
+        + ([f"--warm-start {warm_start}"] if warm_start != DEFAULT_WARM_START else [])
     flags = " ".join([f"--seed {seed}", *extra, *([f"--out {out}"] if extra else [])])
     made_by = (f"Made by `python scripts/practice_result.py {flags} --samples {samples}`: "
                f"{SHIPPED[warm_start][0]} before, the newest checkpoint of `--preset practice` after, on the pool of "
@@ -139,7 +140,7 @@ def example(out: Path, seed_dir: Path, pool: dict) -> dict | None:
     return None
 
 
-def collect(out: Path, seed_dir: Path, seed: str, pool: dict, dest: Path = DEST) -> None:
+def collect(out: Path, seed_dir: Path, seed: str, pool: dict, dest: Path) -> None:
     """The committed copy of a seed's results, in ``dest`` (``seed``: the seed, or e.g. "0_12updates" for a run
     of other length); its adapter in data/practice/ (the first warm start's) or in ``dest``."""
     import lzma
@@ -171,7 +172,8 @@ def collect(out: Path, seed_dir: Path, seed: str, pool: dict, dest: Path = DEST)
     if (out / "seconds.json").is_file():  # one file per output folder: seconds.json for runs/practice_result
         name = "seconds.json" if out.name == "practice_result" else f"seconds_{out.name}.json"
         shutil.copy(out / "seconds.json", dest / name)
-    adapter = (REPO_ROOT / "data" / "practice" if dest == DEST else dest) / f"adapter_seed{seed}"
+    first = dest == REPO_ROOT / FOLDERS[WARM_START][1]  # the first warm start's adapters live beside its pool
+    adapter = (REPO_ROOT / "data" / "practice" if first else dest) / f"adapter_seed{seed}"
     _half_adapter(latest_checkpoint(run) / "adapter", adapter)
     print(f"copied into {dest.relative_to(REPO_ROOT)}; the adapter, in float16, into {adapter.relative_to(REPO_ROOT)}")
 
@@ -237,13 +239,14 @@ def markdown(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs/practice_result")
+    parser.add_argument("--out", default=None, help="the output folder (default: runs/practice_epoch, or "
+                                                           "runs/practice_result for the first warm start)")
     parser.add_argument("--pool", default="data/practice/pool.json")
-    parser.add_argument("--warm-start", default=WARM_START, choices=sorted(WARM_HELDOUT),
-                        help="the adapter practice starts from and is measured against (default: the first warm "
-                             "start, which chose the pool)")
-    parser.add_argument("--dest", default=str(DEST.relative_to(REPO_ROOT)),
-                        help="where the collect stage copies what is committed")
+    parser.add_argument("--warm-start", default=DEFAULT_WARM_START, choices=sorted(WARM_HELDOUT),
+                        help="the adapter practice starts from and is measured against (default: the default warm "
+                             "start, as --preset practice; warmstart: the first one, whose profile chose the pool)")
+    parser.add_argument("--dest", default=None, help="where the collect stage copies what is committed (default: "
+                                                     "data/results/practice_epoch, or data/results/practice)")
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     parser.add_argument("--threads", type=int, default=None, help="torch threads of the measuring stages")
     parser.add_argument("--samples", type=int, default=16, help="episodes a game at the rollout temperature, "
@@ -252,7 +255,8 @@ def main() -> None:
                         help="train for this many updates instead of the preset's; the seed's folder and its "
                              "committed files are then named seedS_Nupdates (the before stage is shared)")
     args = parser.parse_args()
-    out, pool_file = Path(args.out), str(resolve_pool(args.pool))
+    default_out, default_dest = FOLDERS[args.warm_start]
+    out, dest, pool_file = Path(args.out or default_out), args.dest or default_dest, str(resolve_pool(args.pool))
     pool = read_pool(pool_file)
     tag = f"{args.seed}" if args.updates in (None, preset("practice").updates) else f"{args.seed}_{args.updates}updates"
     remember_settings(out, {"warm_start": args.warm_start, "pool": pool_file})
@@ -295,7 +299,7 @@ def main() -> None:
         elif stage == "report":
             report(out, seed_dir, pool, args.warm_start)
         else:
-            collect(out, seed_dir, tag, pool, REPO_ROOT / args.dest)
+            collect(out, seed_dir, tag, pool, REPO_ROOT / dest)
 
 
 if __name__ == "__main__":

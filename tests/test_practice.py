@@ -163,7 +163,7 @@ def test_the_committed_pool_is_matched_and_the_preset_visits_each_game_five_time
     for game in pool["practice"] + pool["control"]:
         assert 1 <= profile[game]["wins"] <= 6 and profile[game]["k"] == 8
     assert config.updates * config.games_per_update / len(pool["practice"]) == 5
-    assert not config.dynamic_sampling and config.init_adapter == "warmstart"
+    assert not config.dynamic_sampling and config.init_adapter == "warmstart_epoch"  # the course's one warm start
     cpu = preset("cpu")  # the reference method, unchanged: the same rollouts, reward and update as the cpu preset
     for field in ("k", "temperature", "lr", "clip_low", "clip_high", "invalid_penalty", "normalize_std", "algo",
                   "max_steps", "max_new_tokens", "max_trajectory_tokens", "lora_rank", "bf16", "sample_dtype"):

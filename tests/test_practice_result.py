@@ -35,3 +35,13 @@ def test_an_output_folder_refuses_another_warm_start(tmp_path):
     assert json.loads((tmp_path / "out" / "settings.json").read_text()) == settings
     with pytest.raises(SystemExit, match=r"other settings \(warm_start\)"):
         script.remember_settings(tmp_path / "out", {**settings, "warm_start": EPOCH_WARM_START})
+
+
+def test_the_default_is_the_default_warm_start_and_its_folders():
+    """Without flags the script measures what ``--preset practice`` trains from, and writes where notebook 06 reads."""
+    from alfrl.train import preset
+    script = load_script("practice_result")
+    assert preset("practice").init_adapter == EPOCH_WARM_START
+    assert script.FOLDERS[EPOCH_WARM_START] == ("runs/practice_epoch", "data/results/practice_epoch")
+    assert (REPO_ROOT / script.FOLDERS[EPOCH_WARM_START][1] / "seed0_result.md").is_file()
+    assert (REPO_ROOT / script.FOLDERS[WARM_START][1] / "seed0_result.md").is_file()

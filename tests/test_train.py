@@ -61,7 +61,7 @@ def test_cpu_preset_is_built_for_a_learning_signal():
     assert (cpu.init_adapter, cpu.k, cpu.games_per_update, cpu.temperature, cpu.dynamic_sampling, cpu.keep_groups,
             cpu.max_groups_per_update) == ("warmstart_epoch", 8, 2, 0.6, True, "win", 4)
     assert TrainConfig().init_adapter == "warmstart_epoch"  # the default warm start
-    assert preset("practice").init_adapter == "warmstart"  # practice: its pool came from this one's profile
+    assert preset("practice").init_adapter == "warmstart_epoch"  # one warm start across the course, practice too
     assert cpu.bf16 and cpu.old_logprobs == "trainer" and not cpu.gradient_checkpointing
     assert cpu.ppo().bf16 and cpu.ppo().old_logprobs == "trainer" and cpu.ppo().temperature == 0.6
     check_config(cpu)
