@@ -344,7 +344,7 @@ def test_nb05_train_by_hand_is_alfrl_trains_first_update(tmp_path):
     train_by_hand = notebook_definitions("05_ppo_loop.ipynb", "train_by_hand", {
         "torch": torch, "my_step_works": True, "policy_gradient_step": policy_gradient_step})["train_by_hand"]
     config = alfrl.train.preset("practice", run_dir=str(tmp_path / "run"), games_per_update=1, k=4, max_steps=6,
-                                updates=1, bf16=False, log="none", seed=0)  # its first group: 1 win, 3 losses
+                                updates=1, bf16=False, log="none", seed=0)  # its first group has a reward spread
     by_hand = train_by_hand(config, 1)[0]
     package = alfrl.train.train(config, progress=False)[0]
     assert by_hand["loss"] is not None, "the game's group had no reward spread: pick another seed"
