@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 BUDGET_S = 300
 """The course's budget per notebook at its defaults on an idle 2-core machine."""
+READS_BACK = {"06": ROOT / "runs" / "eval"}
+"""Folders a notebook resumes from at its defaults (06's ``out_dir``): games recorded there are read back, not
+played, so its time would not be a learner's first run."""
 
 CHILD = """
 import json, resource, sys, papermill
@@ -66,6 +69,10 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for notebook in notebooks:
+        cache = READS_BACK.get(notebook.name[:2])
+        if cache is not None and any(cache.glob("*/records.jsonl")):
+            print(f"warning: {cache.relative_to(ROOT)} holds played games, which {notebook.name} reads back instead "
+                  f"of playing: its time is not a first run's (move the folder away for one)", flush=True)
         print(f"running {notebook.name} at its defaults ...", flush=True)
         rows.append(run(notebook, out_dir))
         r = rows[-1]
