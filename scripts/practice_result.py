@@ -17,8 +17,9 @@ Stages (each skipped when its output is complete, so a re-run continues where it
 it (output in runs/practice_result, committed in data/results/practice/, adapters in data/practice/); the
 output folder remembers its warm start and pool, and refuses another.
 ``--stages before train`` runs only those. The wall time of each stage goes into OUT/seconds.json.
-``--warm-start warmstart --updates 12 --out runs/practice12`` trains a shorter run of the same preset (its folder and files are
-named seed0_12updates); copy OUT/before_* from another output folder to reuse its "before" stage.
+``--warm-start warmstart --updates 12 --out runs/practice12`` trains a shorter run of the same preset (its
+folder and files are named seed0_12updates); copy OUT/before_* from another output folder to reuse its "before"
+stage.
 """
 
 from __future__ import annotations
