@@ -237,7 +237,8 @@ def markdown(result: dict) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with ``--out`` and ``--dest`` filled in from the warm start's FOLDERS when not given."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="the output folder (default: runs/practice_epoch, or "
@@ -255,9 +256,15 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=None,
                         help="train for this many updates instead of the preset's; the seed's folder and its "
                              "committed files are then named seedS_Nupdates (the before stage is shared)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     default_out, default_dest = FOLDERS[args.warm_start]
-    out, dest, pool_file = Path(args.out or default_out), args.dest or default_dest, str(resolve_pool(args.pool))
+    args.out, args.dest = args.out or default_out, args.dest or default_dest
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    out, dest, pool_file = Path(args.out), args.dest, str(resolve_pool(args.pool))
     pool = read_pool(pool_file)
     tag = f"{args.seed}" if args.updates in (None, preset("practice").updates) else f"{args.seed}_{args.updates}updates"
     remember_settings(out, {"warm_start": args.warm_start, "pool": pool_file})

@@ -41,7 +41,12 @@ def test_the_default_is_the_default_warm_start_and_its_folders():
     """Without flags the script measures what ``--preset practice`` trains from, and writes where notebook 06 reads."""
     from alfrl.train import preset
     script = load_script("practice_result")
-    assert preset("practice").init_adapter == EPOCH_WARM_START
-    assert script.FOLDERS[EPOCH_WARM_START] == ("runs/practice_epoch", "data/results/practice_epoch")
-    assert (REPO_ROOT / script.FOLDERS[EPOCH_WARM_START][1] / "seed0_result.md").is_file()
-    assert (REPO_ROOT / script.FOLDERS[WARM_START][1] / "seed0_result.md").is_file()
+    args = script.parse_args([])
+    assert args.warm_start == preset("practice").init_adapter == EPOCH_WARM_START
+    assert (args.out, args.dest) == ("runs/practice_epoch", "data/results/practice_epoch")
+    assert (REPO_ROOT / args.dest / "seed0_result.md").is_file()
+    first = script.parse_args(["--warm-start", WARM_START])  # the first warm start's experiment, where it is committed
+    assert (first.out, first.dest) == ("runs/practice_result", "data/results/practice")
+    assert (REPO_ROOT / first.dest / "seed0_result.md").is_file()
+    given = script.parse_args(["--out", "runs/mine", "--dest", "data/results/mine"])  # flags win
+    assert (given.out, given.dest) == ("runs/mine", "data/results/mine")
