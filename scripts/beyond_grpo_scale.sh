@@ -24,14 +24,10 @@ run() { say "$(printf '%q ' "$@")"; "$@"; }
 
 declare -A ALGO=([rft]=rft [dpo]=dpo [grpo_subgoals]=grpo)
 declare -A EXTRA=([rft]="" [dpo]="" [grpo_subgoals]="--set subgoal_reward=0.1 keep_groups=progress")
-played() {  # the panel parts scale_panel.py finished for checkpoint $1 (greedy, and official where its games are)
-    "$PY" -c 'import json, sys; from pathlib import Path; sys.path.insert(0, "scripts"); from scale_panel import official_data
-f = Path(f"data/scale/panel/{sys.argv[1]}_seconds.json"); s = json.loads(f.read_text()) if f.is_file() else {}
-sys.exit(0 if "greedy" in s and ("official" in s or official_data() is None) else 1)' "$1"
-}
 for rule in rft dpo grpo_subgoals; do
     out=runs/replay_scale_$rule
-    if played "${rule}_replay_u10" && [[ -f data/results/beyond_grpo_scale_${rule}_metrics.jsonl ]]; then
+    if [[ -f data/results/beyond_grpo_scale_${rule}_metrics.jsonl ]] \
+        && "$PY" scripts/scale_panel.py "${rule}_replay_u10" "$out/adapter" --parts greedy official --played; then
         say "$rule: replayed and played on the panel (data/scale/panel/${rule}_replay_u10_*)"
         continue
     fi

@@ -110,6 +110,9 @@ def main() -> None:
     parser.add_argument("--rewrite", action="store_true",
                         help="play nothing: write the committed files of the parts already played again, from "
                              "the full records in runs/scale_panel/NAME (after their format changes)")
+    parser.add_argument("--played", action="store_true",
+                        help="play nothing: exit 0 if every part in --parts that can be played here is committed "
+                             "(named in data/scale/panel/NAME_seconds.json), else 1")
     args = parser.parse_args()
     if args.rewrite:
         for part in args.parts:
@@ -120,6 +123,10 @@ def main() -> None:
     plan = commands(args.name, args.adapter, args.threads)
     seconds_file = PANEL / f"{args.name}_seconds.json"
     seconds = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
+    if args.played:
+        missing = [part for part in args.parts if part in plan and part not in seconds]
+        print(f"[scale_panel] {args.name}: " + (f"not played yet: {', '.join(missing)}" if missing else "played"))
+        sys.exit(1 if missing else 0)
     for part in args.parts:
         if part == "lost_room":
             print(f"[scale_panel] lost_room: {keep_lost_room(args.name) or 'not written (no start records here, or no room the start won was lost)'}")

@@ -67,6 +67,27 @@ def test_rewrite_plays_nothing_and_a_finished_part_is_not_played_again(panel, tm
     assert json.loads(seconds.read_text()) == {"greedy": 600.0}
 
 
+def test_played_asks_the_committed_seconds_and_plays_nothing(panel, tmp_path, monkeypatch):
+    """--played: exit 0 only when every asked part that can be played here is committed; official counts only
+    where its games are (beyond_grpo_scale.sh skips a finished rule by it on a fresh clone)."""
+    monkeypatch.setattr(panel.subprocess, "run", lambda *a, **k: pytest.fail("--played played something"))
+    monkeypatch.setattr(panel, "official_data", lambda: tmp_path)  # official games here
+    seconds = tmp_path / "data/scale/panel/grpo_u5_seconds.json"
+
+    def played(*parts: str) -> int:
+        monkeypatch.setattr(sys, "argv", ["scale_panel.py", "grpo_u5", "x", "--parts", *parts, "--played"])
+        with pytest.raises(SystemExit) as stop:
+            panel.main()
+        return stop.value.code
+    assert played("greedy") == 1  # nothing committed yet
+    seconds.parent.mkdir(parents=True)
+    seconds.write_text(json.dumps({"greedy": 600.0}))
+    assert played("greedy") == 0 and played("greedy", "official") == 1
+    monkeypatch.setattr(panel, "official_data", lambda: None)  # no official games on this machine
+    assert played("greedy", "official") == 0
+    assert not (tmp_path / "runs").exists()
+
+
 def test_every_committed_greedy_record_keeps_the_actions_it_took():
     run = ScaleRun()
     names = [p.name.rsplit("_", 1)[0] for p in (run.root / "panel").glob("*_official.jsonl")]
