@@ -51,3 +51,28 @@ def test_the_readme_is_a_landing_page():
     for name, text in DOCS.items():
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
             assert (REPO / "docs" / target).exists(), f"docs/{name} links {target}, which does not exist"
+
+
+def test_the_update_rules_line_is_what_the_outcomes_say():
+    """The README's "other update rules" figures (rooms won, gained/lost against the start, two-sided p) are
+    recomputed from the committed outcomes of every checkpoint in data/results/beyond_grpo_scale.md."""
+    import json
+
+    from alfrl.eval_stats import paired_outcomes
+
+    records = [json.loads(line) for line in
+               (REPO / "data/results/beyond_grpo_scale_outcomes.jsonl").read_text().splitlines() if line.strip()]
+
+    def outcomes(checkpoint: str) -> list[dict]:
+        return [r for r in records if r["checkpoint"] == checkpoint]
+
+    start = outcomes("start")
+    assert len(start) == 325
+    assert f"against the start's {sum(r['won'] for r in start)} " in README
+    for checkpoint, name in [("GRPO online, 10 updates", "GRPO online"), ("RFT", "RFT on the winners"),
+                             ("GRPO + subgoal reward", "GRPO with a subgoal reward"), ("DPO", "DPO pairs")]:
+        after = outcomes(checkpoint)
+        paired = paired_outcomes(start, after)
+        p = f"{paired['p_value']:.2f}" if paired["p_value"] >= 0.01 else f"{paired['p_value']:.1g}"
+        figure = f"{name} {sum(r['won'] for r in after)} (+{paired['gained']}/-{paired['lost']}, p = {p})"
+        assert figure in " ".join(README.split()), f"the README's figure for {checkpoint} is not {figure}"
