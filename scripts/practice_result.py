@@ -16,7 +16,8 @@ Stages (each skipped when its output is complete, so a re-run continues where it
 ``--warm-start warmstart`` measures the same pool from the first warm start, whose difficulty profile chose
 it (output in runs/practice_result, committed in data/results/practice/, adapters in data/practice/); the
 output folder remembers its warm start and pool, and refuses another.
-``--stages before train`` runs only those. The wall time of each stage goes into OUT/seconds.json.
+``--stages before train`` runs only those. The wall time of each stage, summed over the runs that reached it (a
+skipped stage adds next to nothing), goes into OUT/seconds.json.
 ``--warm-start warmstart --updates 12 --out runs/practice12`` trains a shorter run of the same preset (its
 folder and files are named seed0_12updates); copy OUT/before_* from another output folder to reuse its "before"
 stage.
@@ -66,6 +67,16 @@ def remember_settings(out: Path, settings: dict) -> None:
                              "give the ones it was made with, or another --out")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def add_seconds(seconds_file: Path, stage: str, elapsed: float) -> float:
+    """Add ``elapsed`` to ``stage``'s wall time in ``seconds_file`` and return its total. Summed over the runs that
+    reached the stage, so a resumed stage counts both parts and one skipped because its output is complete keeps
+    its time (it adds next to nothing); other stages' times, written meanwhile, are kept."""
+    seconds = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
+    seconds[stage] = seconds.get(stage, 0.0) + elapsed
+    seconds_file.write_text(json.dumps(seconds, indent=1) + "\n")
+    return seconds[stage]
 
 
 def measure(out: Path, adapter: str, pool_file: str, greedy: bool, samples: int, threads: int | None = None
@@ -270,16 +281,11 @@ def main() -> None:
     remember_settings(out, {"warm_start": args.warm_start, "pool": pool_file})
     seed_dir = out / f"seed{tag}"
     seed_dir.mkdir(parents=True, exist_ok=True)
-    seconds_file = out / "seconds.json"
-    seconds = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
-
     def timed(stage: str, fn) -> None:
         tick = time.perf_counter()
         fn()
-        seconds_now = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}  # other stages' too
-        seconds.update({**seconds_now, stage: time.perf_counter() - tick})
-        seconds_file.write_text(json.dumps(seconds, indent=1) + "\n")
-        print(f"{stage}: {seconds[stage] / 60:.1f} min", flush=True)
+        total = add_seconds(out / "seconds.json", stage, time.perf_counter() - tick)
+        print(f"{stage}: {total / 60:.1f} min", flush=True)
 
     run = seed_dir / "run"
     for stage in args.stages:

@@ -50,3 +50,14 @@ def test_the_default_is_the_default_warm_start_and_its_folders():
     assert (REPO_ROOT / first.dest / "seed0_result.md").is_file()
     given = script.parse_args(["--out", "runs/mine", "--dest", "data/results/mine"])  # flags win
     assert (given.out, given.dest) == ("runs/mine", "data/results/mine")
+
+
+def test_a_stage_s_seconds_add_up_over_runs(tmp_path):
+    """A resumed stage counts both of its parts; a later run that skips it (its output complete) keeps its time."""
+    script = load_script("practice_result")
+    seconds = tmp_path / "seconds.json"
+    assert script.add_seconds(seconds, "before", 600.0) == 600.0
+    assert script.add_seconds(seconds, "train_seed0", 1400.0) == 1400.0
+    assert script.add_seconds(seconds, "before", 290.0) == 890.0  # resumed: the rest of the stage
+    assert script.add_seconds(seconds, "before", 0.5) == 890.5  # skipped: already complete
+    assert json.loads(seconds.read_text()) == {"before": 890.5, "train_seed0": 1400.0}
