@@ -281,6 +281,7 @@ def main() -> None:
     remember_settings(out, {"warm_start": args.warm_start, "pool": pool_file})
     seed_dir = out / f"seed{tag}"
     seed_dir.mkdir(parents=True, exist_ok=True)
+
     def timed(stage: str, fn) -> None:
         tick = time.perf_counter()
         fn()
