@@ -221,15 +221,26 @@ def cmd_generate(args: argparse.Namespace) -> None:
     from alfrl.cli import build_dataclass
     from alfrl.generate import GenerateConfig, generate
     from alfrl.pack import write_pack
+    from alfrl.generate import continue_from_pack, pack_journal, settings_key
     cfg = build_dataclass(GenerateConfig, args)
+    packs = {split: Path(args.pack_dir) / f"{split}.jsonl.xz" for split in cfg.splits} if args.pack_dir else {}
+    if args.pack_so_far:
+        if not packs:
+            raise SystemExit("--pack-so-far needs --pack-dir: where to write the games made so far")
+        for split, path in packs.items():
+            print(f"packed the {pack_journal(cfg, split, path)} games made so far into {path}")
+        return
+    for split, path in packs.items():
+        if taken := continue_from_pack(cfg, split, path):
+            print(f"continuing from {path}: {taken} games already made")
     start = time.time()
     records = generate(cfg)
     total = sum(len(r) for r in records.values())
     print(f"made {total} games in {cfg.out} ({time.time() - start:.0f} s, {cfg.workers} workers)")
-    if args.pack_dir:
-        for split, recs in records.items():
-            path = write_pack(recs, Path(args.pack_dir) / f"{split}.jsonl.xz")
-            print(f"packed {len(recs)} games into {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    for split, path in packs.items():
+        write_pack(records[split], path)
+        path.with_name(f"{split}.settings.json").write_text(settings_key(cfg) + "\n")
+        print(f"packed {len(records[split])} games into {path} ({path.stat().st_size / 1e6:.2f} MB)")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -365,7 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=description)
         add_dataclass_args(p, getattr(importlib.import_module(module), config))
         if name == "generate":
-            p.add_argument("--pack-dir", help="also write compact packs (<split>.jsonl.xz) here, e.g. data/packs")
+            p.add_argument("--pack-dir", help="also write compact packs (<split>.jsonl.xz) here, e.g. data/packs; a pack "
+                           "already there from the same settings is continued: only its missing games are made")
+            p.add_argument("--pack-so-far", action="store_true", help="only pack the games made so far in --out "
+                           "(a long generation cut short) into --pack-dir, to continue it elsewhere, and stop")
         p.set_defaults(func=globals()[f"cmd_{name}"])
     _add_pool(sub)
     return parser

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from alfrl import TASK_TYPES, expert, pddl
 from alfrl.gamefile import game_id, traj_data, write_game  # noqa: F401 (game_id, traj_data re-exported)
-from alfrl.rooms import SizeConfig, make_room, scenes_for
+from alfrl.rooms import SizeConfig, draw_scene, make_room
 
 SPLIT_TASK_COUNTS = {
     # ALFWorld's own eval splits, per task type (valid_seen 140, valid_unseen 134 games).
@@ -87,7 +87,9 @@ def make_game(job: tuple) -> tuple[int, dict | None]:
     _ENGINE = _ENGINE or expert.make_engine(facts=True)
     for attempt in range(max_attempts):
         rng = random.Random(f"{seed}/{split}/{index}/{attempt}")
-        scene = rng.choice(scenes_for(task_type, split))
+        scene = draw_scene(task_type, split, rng)
+        if scene is None:  # a floor plan this split excludes: the next attempt draws again
+            continue
         built = make_room(task_type, scene, size, rng)
         if built is None:
             continue
@@ -130,7 +132,7 @@ def generate_split(cfg: GenerateConfig, split: str, n: int) -> list[dict]:
     out = Path(cfg.out)
     (out / split).mkdir(parents=True, exist_ok=True)
     done = read_journal(out, split)
-    key = _config_key(cfg)
+    key = settings_key(cfg)
     stale = sorted(i for i, r in done.items() if r.get("config") != key)
     if stale:
         raise RuntimeError(f"{out / split} holds games made with other settings (e.g. game {stale[0]}); "
@@ -171,7 +173,39 @@ def generate_split(cfg: GenerateConfig, split: str, n: int) -> list[dict]:
     return records
 
 
-def _config_key(cfg: GenerateConfig) -> str:
+def continue_from_pack(cfg: GenerateConfig, split: str, pack: Path) -> int:
+    """Seed ``split``'s journal under ``cfg.out`` with the games of ``pack`` (a pack an earlier run of these same
+    settings wrote, perhaps cut short: its ``<split>.settings.json`` must match), so that only the missing games
+    are made. A fresh clone continues a long generation this way. Returns the games taken over."""
+    from alfrl.pack import read_pack
+    settings = pack.with_name(f"{split}.settings.json")
+    if not pack.is_file() or not settings.is_file():  # nothing to continue (a pack from before: made again)
+        return 0
+    if json.loads(settings.read_text()) != json.loads(settings_key(cfg)):
+        raise RuntimeError(f"{pack} was made with other settings than these ({settings.name}: "
+                           f"{settings.read_text().strip()}); pass the same --seed and size flags, or another "
+                           "--pack-dir")
+    done = read_journal(Path(cfg.out), split)
+    taken = [r for r in read_pack(pack) if r["index"] not in done]
+    (Path(cfg.out) / split).mkdir(parents=True, exist_ok=True)
+    with open(_journal(Path(cfg.out), split), "a") as journal:
+        for record in taken:
+            journal.write(json.dumps({**{k: v for k, v in record.items() if k != "sha256"},
+                                      "config": settings_key(cfg)}, sort_keys=True) + "\n")
+    return len(taken)
+
+
+def pack_journal(cfg: GenerateConfig, split: str, pack: Path) -> int:
+    """Write the games ``split``'s journal holds so far (all of them, or a run cut short) as ``pack``, with the
+    settings that made them beside it (:func:`continue_from_pack` reads both). Returns the games packed."""
+    from alfrl.pack import write_pack
+    records = [r for i, r in read_journal(Path(cfg.out), split).items() if r.get("config") == settings_key(cfg)]
+    write_pack(records, pack)
+    pack.with_name(f"{split}.settings.json").write_text(settings_key(cfg) + "\n")
+    return len(records)
+
+
+def settings_key(cfg: GenerateConfig) -> str:
     return json.dumps({"seed": cfg.seed, "size": asdict(cfg.size), "max_attempts": cfg.max_attempts},
                       sort_keys=True)
 

@@ -35,14 +35,23 @@ from importlib import resources
 
 from alfrl import TASK_TYPES
 
-TRAIN_SCENES: tuple[int, ...] = tuple(list(range(7, 31)) + list(range(207, 231))
-                                      + list(range(307, 331)) + list(range(407, 431)))
-"""ALFRED's training floor plans (``constants.TRAIN_SCENE_NUMBERS``): train and valid_seen."""
+ALFRED_TRAIN_SCENES: tuple[int, ...] = tuple(list(range(7, 31)) + list(range(207, 231))
+                                             + list(range(307, 331)) + list(range(407, 431)))
+"""ALFRED's training floor plans (``constants.TRAIN_SCENE_NUMBERS``)."""
+ALFWORLD_UNSEEN_SCENES: tuple[int, ...] = (10, 219, 308, 424)
+"""The floor plans of ALFWorld's official valid_unseen games. They are in ALFRED's list above, but ALFRED
+keeps them out of its train split, so a course that trains on them cannot call those games unseen."""
+TRAIN_SCENES: tuple[int, ...] = tuple(s for s in ALFRED_TRAIN_SCENES if s not in ALFWORLD_UNSEEN_SCENES)
+"""The floor plans the generated train split (everything that trains) draws from: ALFRED's training
+floor plans without ALFWorld's four valid_unseen ones."""
 UNSEEN_SCENES: tuple[int, ...] = tuple(list(range(1, 7)) + list(range(201, 207))
                                        + list(range(301, 307)) + list(range(401, 407)))
-"""Floor plans never used for train (``constants.TEST_SCENE_NUMBERS``): valid_unseen."""
+"""Floor plans never used for train (``constants.TEST_SCENE_NUMBERS``): the generated valid_unseen split."""
 
-SPLIT_SCENES = {"train": TRAIN_SCENES, "valid_seen": TRAIN_SCENES, "valid_unseen": UNSEEN_SCENES}
+SPLIT_SCENES = {"train": TRAIN_SCENES, "valid_seen": ALFRED_TRAIN_SCENES, "valid_unseen": UNSEEN_SCENES}
+"""The floor plans each generated split may use. Generated valid_seen keeps all of ALFRED's training
+floor plans, as its committed games were made (5 of its 140 lie on the four above; nothing trains on it)."""
+_DRAW_SCENES = {"train": ALFRED_TRAIN_SCENES, "valid_seen": ALFRED_TRAIN_SCENES, "valid_unseen": UNSEEN_SCENES}
 
 ROOM_TYPES = {"Kitchen": range(1, 31), "LivingRoom": range(201, 231),
               "Bedroom": range(301, 331), "Bathroom": range(401, 431)}
@@ -339,5 +348,18 @@ def make_room(task_type: str, scene: int, size: SizeConfig, rng: random.Random) 
 
 
 def scenes_for(task_type: str, split: str) -> list[int]:
+    """The floor plans of ``split`` whose room type can host ``task_type``."""
     return [s for s in SPLIT_SCENES[split] if room_type(s) in TASK_ROOMS[task_type]]
+
+
+def draw_scene(task_type: str, split: str, rng: random.Random) -> int | None:
+    """A floor plan for one attempt at a game of ``split``; None when the draw lands on one the split
+    excludes (ALFWorld's valid_unseen floor plans, for train), and the caller tries its next attempt.
+
+    The draw is over ALFRED's whole list for the split, as before the exclusion, so every game of a seed
+    that was not on an excluded floor plan comes out byte-identical to the one made then.
+    """
+    pool = [s for s in _DRAW_SCENES[split] if room_type(s) in TASK_ROOMS[task_type]]
+    scene = rng.choice(pool)
+    return scene if scene in SPLIT_SCENES[split] else None
 

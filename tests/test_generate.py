@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from alfrl import TASK_TYPES, expert, pddl
-from alfrl.generate import (SPLIT_TASK_COUNTS, GenerateConfig, game_id, generate, make_game, read_journal,
-                            task_plan)
+from alfrl.generate import (SPLIT_TASK_COUNTS, GenerateConfig, continue_from_pack, game_id, generate, make_game,
+                            pack_journal, read_journal, task_plan)
 from alfrl.games import load_games
-from alfrl.rooms import TRAIN_SCENES, UNSEEN_SCENES, SizeConfig, make_room, scenes_for
+from alfrl.rooms import (ALFWORLD_UNSEEN_SCENES, SPLIT_SCENES, TRAIN_SCENES, UNSEEN_SCENES, SizeConfig,
+                         draw_scene, make_room, scenes_for)
 
 from conftest import TINY_SIZE, TINY_SPLITS, game_files
 
@@ -87,7 +88,7 @@ def test_goal_does_not_hold_at_start(tiny_games, engine):
 def test_splits_use_alfreds_scenes(tiny_games):
     assert not set(TRAIN_SCENES) & set(UNSEEN_SCENES)
     for split in TINY_SPLITS:
-        allowed = UNSEEN_SCENES if split == "valid_unseen" else TRAIN_SCENES
+        allowed = SPLIT_SCENES[split]
         for r in tiny_games.records[split]:
             assert r["scene"] in allowed
             assert r["scene"] in scenes_for(r["task_type"], split)
@@ -100,7 +101,18 @@ def test_scenes_for_respects_room_types():
     assert scenes_for("pick_heat_then_place_in_recep", "valid_unseen") == [1, 2, 3, 4, 5, 6]
     assert scenes_for("look_at_obj_in_light", "valid_unseen") == [201, 202, 203, 204, 205, 206,
                                                                   301, 302, 303, 304, 305, 306]
-    assert len(scenes_for("pick_and_place_simple", "train")) == 96
+    assert len(scenes_for("pick_and_place_simple", "train")) == 92  # ALFRED's 96 less ALFWorld's unseen four
+    assert len(scenes_for("pick_and_place_simple", "valid_seen")) == 96
+
+
+def test_train_never_draws_alfworlds_unseen_floor_plans():
+    # ALFWorld's valid_unseen games are on floor plans 10, 219, 308 and 424: no training room may be
+    for task_type in TASK_TYPES:
+        assert not set(scenes_for(task_type, "train")) & set(ALFWORLD_UNSEEN_SCENES)
+    drawn = [draw_scene("pick_and_place_simple", "train", random.Random(i)) for i in range(2000)]
+    assert None in drawn  # the draw is over ALFRED's list, so it does land on them, and is rejected
+    assert not {s for s in drawn if s is not None} & set(ALFWORLD_UNSEEN_SCENES)
+    assert {s for s in drawn if s is not None} == set(scenes_for("pick_and_place_simple", "train"))
 
 
 def test_traj_data_and_game_file_agree(tiny_games):
@@ -172,6 +184,22 @@ def test_resume_makes_only_the_missing_games(three, tmp_path):
     assert game_files(tmp_path) == game_files(fresh_out)
     assert [r["pddl_problem"] for r in records] == [r["pddl_problem"] for r in fresh]
     assert sorted(read_journal(tmp_path, "valid_unseen")) == [0, 1, 2]
+
+
+def test_a_pack_cut_short_is_continued_from_another_folder(three, tmp_path):
+    # a long generation is packed part-way (--pack-so-far), committed, and continued in a fresh clone
+    fresh_out, fresh = three
+    first = tmp_path / "first"
+    generate(_cfg(first, 2))
+    pack = tmp_path / "packs" / "valid_unseen.jsonl.xz"
+    assert pack_journal(_cfg(first, 2), "valid_unseen", pack) == 2
+    again = _cfg(tmp_path / "clone", 3)
+    assert continue_from_pack(again, "valid_unseen", pack) == 2
+    records = generate(again)["valid_unseen"]
+    assert [r["index"] for r in _journal_lines(tmp_path / "clone")] == [0, 1, 2]  # one new game
+    assert [r["pddl_problem"] for r in records] == [r["pddl_problem"] for r in fresh]
+    with pytest.raises(RuntimeError, match="made with other settings"):
+        continue_from_pack(_cfg(tmp_path / "other", 3, seed=1), "valid_unseen", pack)
 
 
 def test_resume_with_another_n_follows_the_new_plan(three, tmp_path):
