@@ -21,6 +21,7 @@ Modules follow the order the course teaches them:
 - :mod:`alfrl.sampler`  KV-cached, batched, seeded sampling with logprobs; speculative decoding by prompt lookup
 - :mod:`alfrl.trajectory` a played trajectory: turns, tokens, sampled-token mask, JSONL
 - :mod:`alfrl.rollout`  group rollouts, one turn at a time: sample, parse, step, extend the prompt
+- :mod:`alfrl.context`  the context budget: a recorded game rendered under each action-list protocol
 - :mod:`alfrl.scripted` scripted replies (the expert) through the real rollout
 - :mod:`alfrl.vllm_engine` vLLM as an optional rollout engine: a server in its own venv, behind the sampler's seam
 - :mod:`alfrl.advantage` rewards, group-relative advantages, batch statistics

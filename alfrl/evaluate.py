@@ -86,6 +86,10 @@ class EvalConfig:
     """Token budget per game."""
     max_new_tokens: int = 256
     """Tokens per reply."""
+    actions: str = "auto"
+    """Which tool results list the available actions: "every", "first" (the first message, and after an
+    invalid reply) or "local" (also the actions other than go to); "auto": the protocol the adapter was
+    trained in ("first" for a fresh one, "every" for the shipped ones made before; alfrl.protocol.ACTION_LISTS)."""
     seed: int = 42
     """Sampling seed."""
     draft_tokens: int = 8
@@ -219,11 +223,11 @@ def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], o
         policy = load_policy(config.model, lora=config.adapter, dtype=config.dtype, device=config.device,
                              thinking=config.thinking)
     policy.model.eval()
-    fmt = policy_format(policy)
+    fmt = policy_format(policy, config.actions)
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
                             max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                             seed=config.seed, workers=0, draft_tokens=config.draft_tokens,
-                            plan_every=config.plan_every)
+                            plan_every=config.plan_every, actions=config.actions)
     bar = tqdm(total=len(todo), desc=f"eval {config.split}", unit="game", disable=not progress)
     won = played = turn = 0
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from alfrl.bundled import BUNDLED, bundled_model_dir, cache_dir  # noqa: F401 (re-exported)
 from alfrl.paths import (EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, SCALE_GRPO_DIR,
                          WARM_START_DIR)
-from alfrl.protocol import check_thinking_switch
+from alfrl.protocol import BEFORE_RECORDED, DEFAULT_ACTIONS, check_action_list, check_thinking_switch
 
 # transformers v5 renamed gradient checkpointing to activation checkpointing; peft (and the v4 names
 # this course keeps, which work on both) trigger its deprecation warnings: not the learner's business.
@@ -188,6 +188,9 @@ class Policy:
     thinking: bool | None = None
     """The chat template's thinking switch (``enable_thinking``, Qwen3's): False opens every reply with an empty
     thought; None leaves the template's default (see :func:`thinking_switch`)."""
+    actions: str = DEFAULT_ACTIONS
+    """The action-list protocol the adapter was trained in (alfrl.protocol.ACTION_LISTS), saved beside it by
+    :func:`save_adapter` and read back by :func:`load_policy`; rollouts with ``actions="auto"`` play it."""
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
@@ -268,7 +271,25 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
         except (KeyError, TypeError, ValueError) as e:  # a config peft cannot use (checked keys aside)
             raise ValueError(f"could not load the LoRA adapter in {adapter} ({type(e).__name__}: {e}); "
                              f"{ADAPTER_FIX}") from None
-    return Policy(model=net, tokenizer=tokenizer, name=model, thinking=switch)
+    actions = DEFAULT_ACTIONS if lora is None or isinstance(lora, LoraSpec) else adapter_actions(adapter)
+    return Policy(model=net, tokenizer=tokenizer, name=model, thinking=switch, actions=actions)
+
+
+PROTOCOL_FILE = "alfrl_protocol.json"
+"""Beside a saved adapter: the protocol it was trained in (``{"actions": "first"}``)."""
+
+
+def adapter_actions(adapter: str | Path) -> str:
+    """The action-list protocol a saved adapter was trained in; :data:`alfrl.protocol.BEFORE_RECORDED` for one
+    saved before adapters recorded it."""
+    import json
+    path = Path(adapter) / PROTOCOL_FILE
+    if not path.is_file():
+        return BEFORE_RECORDED
+    try:
+        return check_action_list(json.loads(path.read_text())["actions"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is damaged ({e}); it should read {{\"actions\": \"first\"}} (or every, local)") from None
 
 
 ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or python -m alfrl sft), restore "
@@ -325,6 +346,7 @@ def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None
     directory = Path(directory)
     # The adapter never trains embeddings: "auto" would look the base model up on the hub to check.
     policy.model.save_pretrained(directory, save_embedding_layers=False)
+    (directory / PROTOCOL_FILE).write_text(f'{{"actions": "{getattr(policy, "actions", BEFORE_RECORDED)}"}}\n')
     if dtype:
         cast_adapter(directory, dtype)
     return directory
@@ -360,4 +382,4 @@ def sampling_copy(policy: Policy, dtype: str = "bfloat16") -> Policy:
     for p in model.parameters():
         p.requires_grad_(False)
     return Policy(model=model, tokenizer=policy.tokenizer, name=f"{policy.name} (merged, {dtype}, for sampling)",
-                  thinking=policy.thinking)
+                  thinking=policy.thinking, actions=policy.actions)

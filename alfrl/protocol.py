@@ -19,7 +19,8 @@ Prompts grow by prefix extension, never by re-tokenising history:
 the closing tokens (what the chat template puts after an assistant message) and the
 tool-result tokens are derived from the model's own chat template.
 
-Taught in notebook 02 (the tool protocol); used by every later notebook; notebook 07 adds planner turns.
+Taught in notebook 02 (the tool protocol); used by every later notebook; notebook 07 adds planner turns;
+notebook 08 measures the action lists (:data:`ACTION_LISTS`) against the context window.
 """
 
 from __future__ import annotations
@@ -75,6 +76,58 @@ def is_planner_turn(steps_done: int, subgoal_just_reached: bool, plan_every: int
     return plan_every > 0 and (steps_done % plan_every == 0 or subgoal_just_reached)
 
 
+ACTION_LISTS = ("every", "first", "local")
+"""Which tool results list the available actions (``--actions``). The first message always lists them all.
+
+- ``"every"``: every tool result ends with the whole list. In a large official room that is 30-70 lines a
+  turn, so a 50-step game does not fit a small model's 8,192 positions.
+- ``"first"``: later tool results list them again only after an invalid reply (not admissible, or a
+  malformed call); otherwise the status and the observation alone. Prompts still grow by prefix extension.
+- ``"local"``: like ``"first"``, but every tool result also lists the actions that are not ``go to ...``
+  (take, open, heat, move ... where the agent stands).
+
+``benchmarks/context_budget.py`` measures each on ALFWorld's official games. A policy carries the protocol
+its adapter was trained in (``Policy.actions``, saved beside the adapter); ``"auto"`` in a config means that one.
+"""
+DEFAULT_ACTIONS = "first"
+"""The protocol of a fresh adapter (or none): a 50-step game of the largest official room fits 8,192 positions."""
+BEFORE_RECORDED = "every"
+"""The protocol of an adapter saved before adapters recorded theirs (every shipped one until then)."""
+_LIST_NOTES = {
+    "every": "",
+    "first": ("\n\nThe first message lists every available action. Later results show the list again only "
+              "after an action that was not available; the observations name what you can act on."),
+    "local": ("\n\nThe first message lists every available action. Later results list the actions other than "
+              "\"go to\" (the whole list again after an action that was not available)."),
+}
+
+
+def check_action_list(actions: str, auto_ok: bool = False) -> str:
+    """``actions`` if it names a protocol of :data:`ACTION_LISTS` (or ``"auto"`` where allowed), else a clear
+    error."""
+    if actions not in ACTION_LISTS + (("auto",) if auto_ok else ()):
+        names = ", ".join(ACTION_LISTS + (("auto",) if auto_ok else ()))
+        raise ValueError(f"--actions must be one of {names} (got {actions!r})")
+    return actions
+
+
+def resolve_actions(actions: str, policy) -> str:
+    """The protocol a rollout plays: ``actions``, or with ``"auto"`` the one the policy's adapter was trained in."""
+    check_action_list(actions, auto_ok=True)
+    return getattr(policy, "actions", BEFORE_RECORDED) if actions == "auto" else actions
+
+
+def listed_actions(actions: str, admissible: list[str], valid: bool) -> list[str] | None:
+    """The actions a tool result lists under protocol ``actions`` after a ``valid`` (or invalid) reply;
+    None: no list at all."""
+    check_action_list(actions)
+    if actions == "every" or not valid:
+        return list(admissible)
+    if actions == "local":
+        return [a for a in admissible if not a.startswith("go to ")]
+    return None
+
+
 def actions_block(admissible: list[str]) -> str:
     return "Available actions (copy one exactly):\n" + "\n".join(f"- {a}" for a in admissible)
 
@@ -95,9 +148,13 @@ def first_user_message(task: str, observation: str, admissible: list[str], reque
                          request)
 
 
-def tool_result_message(status: str, observation: str, admissible: list[str], request: str = "") -> str:
-    """A tool result: status line, observation, available actions (and a ``request`` after them)."""
-    return _with_request(f"{status}\nObservation: {observation.strip()}\n\n{actions_block(admissible)}", request)
+def tool_result_message(status: str, observation: str, admissible: list[str] | None, request: str = "") -> str:
+    """A tool result: status line, observation, available actions (none when ``admissible`` is None; see
+    :func:`listed_actions`), and a ``request`` after them."""
+    text = f"{status}\nObservation: {observation.strip()}"
+    if admissible is not None:
+        text += f"\n\n{actions_block(admissible)}"
+    return _with_request(text, request)
 
 
 @dataclass(frozen=True)
@@ -303,16 +360,18 @@ class ChatFormat:
     so no template's tokens are hard-coded.
     """
 
-    def __init__(self, tokenizer, tool_role: str = "tool", thinking: bool | None = None):
+    def __init__(self, tokenizer, tool_role: str = "tool", thinking: bool | None = None, actions: str = "every"):
         self.tokenizer = tokenizer
         self.tool_role = tool_role
+        self.actions = check_action_list(actions)
+        """Which tool results list the available actions (:data:`ACTION_LISTS`)."""
         self.thinking = thinking
         """Passed to the template as ``enable_thinking`` (Qwen3's switch): False opens every reply with an
         empty thought, so the model answers at once; None leaves the template's default."""
         check_thinking_switch(tokenizer.chat_template, thinking)
         self.uses_tools = self._render(self._probe_messages()[:2], tools=[TOOL_SCHEMA]) != \
             self._render(self._probe_messages()[:2])
-        self.system_prompt = SYSTEM_PROMPT_WITH_TOOLS if self.uses_tools else SYSTEM_PROMPT
+        self.system_prompt = (SYSTEM_PROMPT_WITH_TOOLS if self.uses_tools else SYSTEM_PROMPT) + _LIST_NOTES[actions]
         with_reply = self._render(self._probe_messages())
         end = with_reply.rindex(_PROBE) + len(_PROBE)
         self.closing = with_reply[end:]
@@ -360,9 +419,17 @@ class ChatFormat:
         return after[len(before):]
 
 
-def policy_format(policy) -> ChatFormat:
-    """The :class:`ChatFormat` of a loaded policy, with its thinking switch (``policy.thinking``)."""
-    return ChatFormat(policy.tokenizer, thinking=getattr(policy, "thinking", None))
+    def tool_content(self, status: str, observation: str, admissible: list[str], valid: bool,
+                     request: str = "") -> str:
+        """A tool result's text under this format's action lists (:func:`listed_actions`)."""
+        return tool_result_message(status, observation, listed_actions(self.actions, admissible, valid), request)
+
+
+def policy_format(policy, actions: str = "auto") -> ChatFormat:
+    """The :class:`ChatFormat` of a loaded policy, with its thinking switch (``policy.thinking``) and the
+    action lists of protocol ``actions`` ("auto": the policy's own, :func:`resolve_actions`)."""
+    return ChatFormat(policy.tokenizer, thinking=getattr(policy, "thinking", None),
+                      actions=resolve_actions(actions, policy))
 
 
 def build_next_prompt(fmt: ChatFormat, prompt: list[int], completion: list[int], history: list[dict],

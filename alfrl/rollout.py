@@ -29,6 +29,7 @@ plays a hierarchical episode.
 
 from __future__ import annotations
 
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from tqdm.auto import tqdm
 from alfrl.env import NOTHING_HAPPENS, GroupEnv
 from alfrl.protocol import (BAD_FORMAT, COMPLETED, EXECUTED, NOT_ADMISSIBLE, PLAN_REQUEST, ChatFormat,
                             build_next_prompt, is_planner_turn, parse_plan, parse_reply, plan_token_count,
-                            policy_format, tool_result_message)
+                            check_action_list, policy_format)
 from alfrl.sampler import Sample, SampleConfig, new_group_session
 from alfrl.trajectory import (END_REASONS, Trajectory, Turn, load_trajectories,  # noqa: F401 (re-exported)
                               save_trajectories)
@@ -82,6 +83,10 @@ class RolloutConfig:
     """Groups that :func:`rollout_batch` plays together, k x this many rows decoded in one batch.
     On a CPU the decode step reads the weights once whatever the batch, so 2 groups of 4 take
     little more time than one; on a GPU, memory for the KV caches sets the limit."""
+    actions: str = "auto"
+    """Which tool results list the available actions: "every", "first" (the first message, then only after
+    an invalid reply) or "local" (also the actions other than go to, every turn); "auto": the protocol the
+    policy's adapter was trained in (alfrl.protocol.ACTION_LISTS, resolve_actions)."""
     lockstep: bool = False
     """With an engine whose rows are independent (vLLM): still sample every live branch's turn together, each
     turn waiting for the slowest reply, as the built-in sampler must. False: each branch sends its next request
@@ -95,8 +100,32 @@ class RolloutConfig:
             raise ValueError(f"plan_every must be >= 0 (0 = no planner turns; got {self.plan_every})")
         if self.draft_tokens < 0:
             raise ValueError(f"draft_tokens must be >= 0 (0 = no speculative decoding; got {self.draft_tokens})")
+        check_action_list(self.actions, auto_ok=True)
         if self.prefill_dtype not in (None, "bfloat16", "float16"):
             raise ValueError(f"prefill_dtype must be None, 'bfloat16' or 'float16' (got {self.prefill_dtype!r})")
+
+
+_SAID: set[tuple[int, int]] = set()
+
+
+def context_window(policy) -> int | None:
+    """The positions the policy's model was trained for (``max_position_embeddings``); None if unknown."""
+    config = getattr(getattr(policy, "model", None), "config", None)
+    window = getattr(config, "max_position_embeddings", None)
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def fit_context(config: RolloutConfig, policy) -> RolloutConfig:
+    """``config`` with ``max_trajectory_tokens`` cut to the model's context window, said once on stderr:
+    past its trained positions a model's replies are not to be trusted, so a trajectory never goes there."""
+    window = context_window(policy)
+    if window is None or config.max_trajectory_tokens <= window:
+        return config
+    if (config.max_trajectory_tokens, window) not in _SAID:
+        _SAID.add((config.max_trajectory_tokens, window))
+        print(f"note: --max-trajectory-tokens {config.max_trajectory_tokens} is more than this model's context "
+              f"window ({window} positions); trajectories end at {window} tokens", file=sys.stderr)
+    return replace(config, max_trajectory_tokens=window)
 
 
 def branch_seed(seed: int, game_id: str, branch: int) -> int:
@@ -145,7 +174,7 @@ def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupE
     and ``on_turn(turn, live_branches)`` to hear after every turn (progress).
     """
     config = config or RolloutConfig()
-    fmt = fmt or policy_format(policy)
+    fmt = fmt or policy_format(policy, config.actions)
     own_env = env is None
     env = env or GroupEnv(k=config.k, max_steps=config.max_steps, workers=config.workers)
     if env.k != config.k or env.max_steps != config.max_steps:
@@ -167,7 +196,7 @@ def rollout_games(policy, games: list, config: RolloutConfig | None = None, env:
     at a time with ``k=1``, up to float rounding in the batched forward pass.
     """
     config = replace(config or RolloutConfig(), k=len(games))
-    fmt = fmt or policy_format(policy)
+    fmt = fmt or policy_format(policy, config.actions)
     own_env = env is None
     env = env or GroupEnv(k=config.k, max_steps=config.max_steps, workers=config.workers)
     if env.k != len(games) or env.max_steps != config.max_steps:
@@ -270,8 +299,8 @@ def _record_turn(br: _Branch, sample: Sample, text: str, reply, result, fmt: Cha
         br.end("won" if result.won else "max_steps", sample.tokens)
         return
     history = br.history + [{"role": "assistant", "content": text}]
-    content = tool_result_message(status, observation, result.admissible_commands,
-                                  PLAN_REQUEST if br.planning else "")
+    content = fmt.tool_content(status, observation, result.admissible_commands, valid,
+                               PLAN_REQUEST if br.planning else "")
     nxt = build_next_prompt(fmt, br.tokens, sample.tokens, history, content)
     if len(nxt) >= config.max_trajectory_tokens:  # no room for another reply: end on this one
         br.end("max_tokens", sample.tokens)
@@ -287,6 +316,10 @@ def _play(policy, games: list, config: RolloutConfig, env: GroupEnv, fmt: ChatFo
           on_turn: Callable[[int, int], None] | None = None) -> list[Trajectory]:
     """Branch b plays ``games[b]``: one game K times (a group) or K different games (evaluation).
     ``on_turn(turn, live)`` is called after every turn (progress)."""
+    if config.actions != "auto" and fmt.actions != config.actions:  # "auto": a given format's own protocol
+        raise ValueError(f"the chat format lists actions {fmt.actions!r} but the rollout config says "
+                         f"{config.actions!r}; build it with policy_format(policy, config.actions)")
+    config = fit_context(config, policy)
     k = len(games)
     index = [sum(g.game_id == games[b].game_id for g in games[:b]) for b in range(k)]  # branch within its game
     seeds = [branch_seed(config.seed, games[b].game_id, index[b]) for b in range(k)]
@@ -378,7 +411,7 @@ def rollout_batch(policy, games: list, config: RolloutConfig | None = None, prog
     whether they are played together or one at a time (up to float rounding).
     """
     config = config or RolloutConfig()
-    fmt = fmt or policy_format(policy)
+    fmt = fmt or policy_format(policy, config.actions)
     per_batch = max(1, config.groups_per_batch)
     groups: list[list[Trajectory]] = []
     env = None

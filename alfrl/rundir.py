@@ -130,13 +130,17 @@ def prepare_output_dir(folder: str | Path, kind: str, overwrite: bool = False, r
     return Prepared(path, created=not existed, kept=False)
 
 
+BEFORE_ADDED = {"actions": "auto"}
+"""Settings added to the configs later, with the value every run saved before them had."""
+
+
 def changed_settings(saved: dict, wanted: dict, ignore: tuple[str, ...] = (), added_ok: bool = False) -> list[str]:
     """The settings (sorted) whose values differ between a folder's saved config and the wanted one; ``ignore``
     ones never count. With ``added_ok`` a setting the saved config lacks (one added to the code since) counts
     as unchanged: right for results a newer version may extend, not for a run whose training it would change."""
     keys = set(wanted) if added_ok else set(saved) | set(wanted)
     return sorted(k for k in keys - set(ignore)
-                  if not (added_ok and k not in saved) and saved.get(k) != wanted.get(k))
+                  if not (added_ok and k not in saved) and saved.get(k, BEFORE_ADDED.get(k)) != wanted.get(k))
 
 
 def check_resumed_config(out: Path, config, resumable: tuple[str, ...]) -> None:

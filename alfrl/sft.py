@@ -27,13 +27,13 @@ from tqdm.auto import tqdm
 
 from alfrl.checkpoint import append_jsonl, latest_checkpoint, load_state, save_checkpoint, truncate_jsonl
 from alfrl.env import GroupEnv
-from alfrl.games import load_games
+from alfrl.games import load_games, shuffled
 from alfrl.logprobs import chunk_logprobs, model_parts, sequence_logprobs
 from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_adapter, torch_threads
 from alfrl.ppo import micro_batches
 from alfrl.precision import warn_if_slow_bf16
 from alfrl.prefix import can_share, run_prefix
-from alfrl.protocol import policy_format
+from alfrl.protocol import policy_format, resolve_actions
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
 from alfrl.rundir import RUN, check_resumed_config, prepare_output_dir
 from alfrl.scripted import ScriptedSession, expert_replies, planned_expert_replies
@@ -67,6 +67,9 @@ class SFTConfig:
     """LoRA alpha."""
     data_dir: str | None = None
     """Games folder (default: the committed generated games)."""
+    more_data_dir: str | None = None
+    """A second games folder whose games (same split and filters) join data_dir's before the seeded sample of
+    ``games``: e.g. data/packs beside data/long. None: data_dir only."""
     split: str = "train"
     """Split the expert games come from (never an evaluation split)."""
     games: int = 64
@@ -89,6 +92,10 @@ class SFTConfig:
     """Turn limit used to render the trajectories (as in rollouts)."""
     max_trajectory_tokens: int = 12000
     """Token budget used to render the trajectories (longer ones are cut like rollouts)."""
+    actions: str = "auto"
+    """Which tool results list the available actions: "every", "first" (the first message, and after an
+    invalid reply) or "local" (also the actions other than go to); "auto": the protocol the adapter was
+    trained in ("first" for a fresh one, "every" for the shipped ones made before; alfrl.protocol.ACTION_LISTS)."""
     plan_every: int = 0
     """Hierarchical expert: planner turns as in ``--plan-every`` rollouts, where the expert's reply begins with
     "Subgoal: <the next subgoal>" (alfrl.scripted.planned_expert_replies). 0: plain tool calls."""
@@ -99,6 +106,10 @@ class SFTConfig:
     Only the warm start uses it: RL keeps float32 so that training and sampling logprobs agree."""
     save_dtype: str | None = None
     """Store the adapter as "float16" or "bfloat16" (half the size; the shipped warm starts use float16)."""
+    milestones: str = ""
+    """Walkthroughs trained on (e.g. "1000,2000,3000") after which a copy of the adapter is kept in
+    OUT/milestones/walkthroughs_NNNNN (never pruned, unlike checkpoints): a learning curve by data from one
+    run. Empty: none."""
     seed: int = 0
     """Seeds the game sample, the order and the adapter's init."""
     threads: int | None = None
@@ -108,15 +119,16 @@ class SFTConfig:
     tensorboard (OUT/tensorboard/), wandb, swanlab, separated by commas (alfrl.tracking)."""
 
 
-RESUMABLE = ("out", "resume", "overwrite", "threads", "device", "checkpoint_every", "log", "micro_batch_tokens")
+RESUMABLE = ("out", "resume", "overwrite", "threads", "device", "checkpoint_every", "log", "micro_batch_tokens",
+             "milestones")
 """Fields a resumed run may change: they change how fast it runs (and float rounding), not what it learns."""
 
 
 def expert_trajectories(policy, games: list, config: SFTConfig, progress: bool = True) -> list[Trajectory]:
     """Each game's walkthrough played through the real env and rollout code, as trajectories."""
-    fmt = policy_format(policy)
+    fmt = policy_format(policy, config.actions)
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
-                            max_new_tokens=10_000, workers=0, plan_every=config.plan_every)
+                            max_new_tokens=10_000, workers=0, plan_every=config.plan_every, actions=config.actions)
     out = []
     with GroupEnv(k=1, max_steps=config.max_steps, workers=0) as env:
         for game in tqdm(games, desc="render expert trajectories", unit="game", disable=not progress):
@@ -221,6 +233,19 @@ def tree_nll(model, example, scale: float = 1.0, backward: bool = True, bf16: bo
     return loss_sum
 
 
+def milestone_steps(milestones: str, batch_size: int, examples: int) -> dict[int, int]:
+    """{step: walkthroughs} for each milestone (walkthroughs trained on) of ``milestones`` ("1000,2000"): the
+    first step after which at least that many have been trained on; a clear error for one past the data."""
+    wanted = sorted({int(m) for m in milestones.replace(" ", "").split(",") if m})
+    if any(m < 1 for m in wanted):
+        raise ValueError(f"--milestones must be positive walkthrough counts (got {milestones!r})")
+    late = [m for m in wanted if m > examples]
+    if late:
+        raise ValueError(f"--milestones {late} are past the {examples} walkthroughs of one epoch; lower them or "
+                         "add games")
+    return {-(-m // batch_size): m for m in wanted}
+
+
 def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=None, progress: bool = True,
         desc: str = "sft", share_prefix: bool = True, checkpoint_dir: Path | None = None,
         checkpoint_every: int = 0) -> int:
@@ -244,6 +269,8 @@ def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=
     bar = tqdm(total=config.epochs * steps_per_epoch, initial=done, desc=desc, unit="step", disable=not progress)
     policy.model.train()
     sharing = share_prefix and can_share(policy.model)
+    keep = milestone_steps(getattr(config, "milestones", ""), config.batch_size, len(examples)) \
+        if checkpoint_dir is not None else {}
     step = 0
     for epoch in range(config.epochs):
         shuffled = list(examples)
@@ -268,6 +295,9 @@ def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=
                 trackers.log(metrics, step)
             bar.update()
             bar.set_postfix(loss=f"{loss:.3f}")
+            if step in keep:
+                save_adapter(policy, checkpoint_dir / "milestones" / f"walkthroughs_{keep[step]:05d}",
+                             dtype=config.save_dtype)
             if checkpoint_dir is not None and checkpoint_every and step % checkpoint_every == 0:
                 save_checkpoint(checkpoint_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
                                 {"epoch": epoch})
@@ -288,9 +318,25 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
         return _train_sft(config, out, trackers_wanted, progress)
 
 
+def sft_games(config: SFTConfig) -> list:
+    """The expert games a fine-tune learns from: data_dir's (and more_data_dir's) games of the split after the
+    filters, in one seeded order, the first ``games`` of them."""
+    def split_of(folder):
+        return load_games(config.split, folder, max_expert_steps=config.max_expert_steps,
+                          max_receptacles=config.max_receptacles)
+    games = split_of(config.data_dir)
+    if config.more_data_dir:
+        more = split_of(config.more_data_dir)
+        shared = sorted({g.game_id for g in games} & {g.game_id for g in more})
+        if shared:
+            raise ValueError(f"{len(shared)} games of --more-data-dir {config.more_data_dir} are in --data-dir too "
+                             f"(e.g. {shared[0]}); give two folders of different games")
+        games += more
+    return shuffled(games, config.seed)[:config.games]
+
+
 def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool) -> Path:
-    games = load_games(config.split, config.data_dir, seed=config.seed, limit=config.games,
-                       max_expert_steps=config.max_expert_steps, max_receptacles=config.max_receptacles)
+    games = sft_games(config)
     torch.manual_seed(config.seed)
     warn_if_slow_bf16(resolve_device(config.device).type, ["--bf16"] * config.bf16)
     last = latest_checkpoint(out)
@@ -299,6 +345,7 @@ def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool) ->
     if last:
         print(f"resuming {out} from {last.name}")
     policy = load_policy(config.model, lora=start, dtype=config.dtype, device=config.device)
+    policy.actions = resolve_actions(config.actions, policy)  # rendered in it, and saved with the adapter
     trajectories = expert_trajectories(policy, games, config, progress)
     won = sum(t.won for t in trajectories)
     if won < len(trajectories):

@@ -38,6 +38,7 @@ from alfrl.gigpo import anchor_stats
 from alfrl.models import LoraSpec, load_policy, sampling_copy, save_adapter, torch_threads
 from alfrl.plots import plot_training
 from alfrl.practice import game_wins
+from alfrl.protocol import resolve_actions
 from alfrl.ppo import PPOConfig, make_optimizer, ppo_update, summarize_steps
 from alfrl.rft import rft_step, winners
 from alfrl.rollout import rollout_batch
@@ -91,7 +92,9 @@ def load_for_training(config: TrainConfig, adapter: str | None = None):
     torch.manual_seed(config.seed)  # a fresh adapter's initial weights
     init = config.init_adapter if config.init_adapter not in (None, "", "none") else None
     lora = adapter or init or LoraSpec(rank=config.lora_rank, alpha=config.lora_alpha)
-    return load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device, thinking=config.thinking)
+    policy = load_policy(config.model, lora=lora, dtype=config.dtype, device=config.device, thinking=config.thinking)
+    policy.actions = resolve_actions(config.actions, policy)  # what it plays, and what its checkpoints record
+    return policy
 
 
 def saved_config(run_dir: str | Path, updates: int | None = None) -> TrainConfig:

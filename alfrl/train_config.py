@@ -73,6 +73,10 @@ class TrainConfig:
     """Token budget of one trajectory."""
     max_new_tokens: int = 48
     """Tokens the model may sample per reply."""
+    actions: str = "auto"
+    """Which tool results list the available actions: "every", "first" (the first message, and after an
+    invalid reply) or "local" (also the actions other than go to); "auto": the protocol the adapter was
+    trained in ("first" for a fresh one, "every" for the shipped ones made before; alfrl.protocol.ACTION_LISTS)."""
     temperature: float = 1.0
     """Sampling temperature (the update recomputes logprobs at the same one)."""
     top_p: float = 1.0
@@ -219,7 +223,7 @@ class TrainConfig:
         return RolloutConfig(k=self.k, max_steps=self.max_steps, max_trajectory_tokens=self.max_trajectory_tokens,
                              max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
                              groups_per_batch=self.groups_per_batch, prefill_dtype=self.prefill_dtype,
-                             draft_tokens=self.draft_tokens, plan_every=self.plan_every,
+                             draft_tokens=self.draft_tokens, plan_every=self.plan_every, actions=self.actions,
                              seed=self.seed * 1_000_003 + step, workers=self.workers, lockstep=self.vllm_lockstep)
 
     def ppo(self) -> PPOConfig:

@@ -15,7 +15,7 @@ from alfrl.games import by_task, load_games
 from alfrl.generate import SPLIT_TASK_COUNTS
 from alfrl.pack import expand, read_pack
 from alfrl.paths import PACK_DIR
-from alfrl.rooms import TRAIN_SCENES, UNSEEN_SCENES
+from alfrl.rooms import SPLIT_SCENES, TRAIN_SCENES, UNSEEN_SCENES
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 EVAL_SPLITS = ("valid_seen", "valid_unseen")
@@ -85,7 +85,7 @@ def test_scenes_follow_alfred_splits(games):
     train = {g.scene for g in games["train"]}
     unseen = {g.scene for g in games["valid_unseen"]}
     assert unseen <= set(UNSEEN_SCENES)
-    assert train <= set(TRAIN_SCENES) and {g.scene for g in games["valid_seen"]} <= set(TRAIN_SCENES)
+    assert train <= set(TRAIN_SCENES) and {g.scene for g in games["valid_seen"]} <= set(SPLIT_SCENES["valid_seen"])
     assert not train & unseen
     assert len(unseen) >= 12  # spread over the held-out floor plans, not a handful
 

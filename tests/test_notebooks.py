@@ -38,6 +38,7 @@ NOTEBOOKS = [
                              "evaluate_base": True, "interactive": False}),
     ("07_beyond_grpo.ipynb", {"model": "bundled", "groups_replayed": 2, "max_pair_tokens": 600,
                               "planner_steps": 2}),
+    ("08_long_games.ipynb", {}),
 ]
 
 
@@ -276,8 +277,8 @@ def test_nb03_play_group_inline_matches_rollout_group():
                2: [tool_call("look"), "<tool_call>{bad json</tool_call>"] * len(walk)}
     max_steps = len(walk) + 2
     mine = play_group_inline(policy, game, k=3, max_steps=max_steps, workers=0, session=ScriptedSession(fmt, scripts))
-    theirs = rollout_group(policy, game, RolloutConfig(k=3, max_steps=max_steps, workers=0),
-                           session=ScriptedSession(fmt, scripts))
+    theirs = rollout_group(policy, game, RolloutConfig(k=3, max_steps=max_steps, workers=0), fmt=fmt,
+                           session=ScriptedSession(fmt, scripts))  # notebook 03's protocol: the list every turn
     for m, t in zip(mine, theirs, strict=True):
         assert m["replies"] == [turn.reply for turn in t.turns]
         assert (m["won"], m["steps"], m["invalid"], m["end"]) == (t.won, t.steps, t.invalid, t.end_reason)
@@ -416,3 +417,18 @@ def test_nb06_reruns_with_a_smaller_limit(tmp_path):
     assert json.loads((folder / "summary.json").read_text())["all"]["games"] == 2
     text = "".join(o.get("text", "") for c in cells for o in c.get("outputs", []))
     assert "warm start: 2 selected games (3 stored" in text
+
+
+# --- 08_long_games: the learner's tool results are the package's, under every protocol ---------------------
+
+@pytest.mark.parametrize("actions", ["every", "first", "local"])
+@pytest.mark.parametrize("valid", [True, False])
+def test_nb08_tool_result_is_alfrls_tool_content(actions, valid):
+    from alfrl.models import load_tokenizer
+    from alfrl.protocol import ChatFormat, actions_block
+    tool_result = notebook_definitions("08_long_games.ipynb", "tool_result",
+                                       {"actions_block": actions_block})["tool_result"]
+    room = ["go to drawer 1", "go to sinkbasin 1", "examine drawer 1", "inventory", "look", "open drawer 1"]
+    fmt = ChatFormat(load_tokenizer(), actions=actions)
+    assert tool_result("Action executed.", " The drawer 1 is closed. ", room, actions, valid) == \
+        fmt.tool_content("Action executed.", " The drawer 1 is closed. ", room, valid)

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from alfrl.protocol import (SYSTEM_PROMPT, TOOL_NAME, TOOL_SCHEMA, ParsedReply, canonical_action,
-                            first_user_message, parse_reply, tool_result_message)
+                            check_action_list, first_user_message, listed_actions, parse_reply,
+                            tool_result_message)
 
 
 def call(action: str, name: str = TOOL_NAME) -> str:
@@ -139,3 +140,55 @@ def test_template_that_rewrites_history_is_refused(fmt):
     history = other.messages(TASK, OBS, ACTIONS) + [{"role": "assistant", "content": reply_for("look")}]
     with pytest.raises(TemplateError, match="rewrites earlier turns"):
         other.tool_turn(history, "Action executed.")
+
+
+# --- which tool results list the available actions (--actions) ----------------------------------------------
+
+ROOM = ["go to cabinet 1", "go to fridge 1", "examine cabinet 1", "inventory", "look", "open cabinet 1"]
+
+
+@pytest.mark.parametrize("actions, valid, listed", [
+    ("every", True, ROOM),
+    ("first", True, None),
+    ("first", False, ROOM),  # after an invalid reply the whole list again
+    ("local", True, ["examine cabinet 1", "inventory", "look", "open cabinet 1"]),
+    ("local", False, ROOM),
+])
+def test_listed_actions(actions, valid, listed):
+    assert listed_actions(actions, ROOM, valid) == listed
+
+
+def test_a_tool_result_without_a_list_is_status_and_observation():
+    assert tool_result_message("Action executed.", " You arrive at cabinet 1. ", None) == \
+        "Action executed.\nObservation: You arrive at cabinet 1."
+    assert tool_result_message("Action executed.", "Done.", None, "Plan first.") == \
+        "Action executed.\nObservation: Done.\n\nPlan first."
+
+
+def test_an_unknown_protocol_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="--actions must be one of every, first, local"):
+        listed_actions("some", ROOM, True)
+    with pytest.raises(ValueError, match="every, first, local, auto"):
+        check_action_list("all", auto_ok=True)
+
+
+def test_first_protocol_says_so_and_still_grows_by_prefix():
+    from alfrl.models import load_tokenizer
+    tok = load_tokenizer()
+    every, first = ChatFormat(tok), ChatFormat(tok, actions="first")
+    assert first.system_prompt.startswith(every.system_prompt)
+    assert first.system_prompt.endswith("the observations name what you can act on.")
+    assert every.system_prompt == SYSTEM_PROMPT  # the protocol the shipped adapters were trained in is unchanged
+    history = first.messages(TASK, OBS, ACTIONS)
+    prompt = first.initial_prompt(TASK, OBS, ACTIONS)
+    for turn, (action, valid) in enumerate([("go to cabinet 1", True), ("fly", False), ("look", True)]):
+        reply = reply_for(action)
+        completion = first.encode(reply) + [tok.eos_token_id]
+        history = history + [{"role": "assistant", "content": reply}]
+        result = first.tool_content("Action executed.", f"Observation {turn}.", ["look", "inventory"], valid)
+        assert ("Available actions" in result) == (not valid)
+        nxt = build_next_prompt(first, prompt, completion, history, result)
+        assert nxt[:len(prompt) + len(completion)] == prompt + completion
+        history = history + [{"role": "tool", "content": result}]
+        assert nxt == first.encode(first.render(history, True))
+        prompt = nxt

@@ -12,7 +12,7 @@ from alfrl.gamefile import game_id
 from alfrl.games import load_games
 from alfrl.pack import read_pack
 from alfrl.paths import REPO_ROOT
-from alfrl.rooms import TRAIN_SCENES, UNSEEN_SCENES
+from alfrl.rooms import ALFRED_TRAIN_SCENES, UNSEEN_SCENES
 from alfrl.train import training_games
 from alfrl.train_config import preset
 
@@ -45,7 +45,7 @@ def test_panel_and_training_rooms_share_nothing():
     rooms = first + read_pack(MORE_ROOMS)  # and the rooms after them (amendment 3)
     for field in ("task_id", "scene"):
         assert not {r[field] for r in panel} & {r[field] for r in rooms}, field
-    assert {r["scene"] for r in panel} <= set(UNSEEN_SCENES) and {r["scene"] for r in rooms} <= set(TRAIN_SCENES)
+    assert {r["scene"] for r in panel} <= set(UNSEEN_SCENES) and {r["scene"] for r in rooms} <= set(ALFRED_TRAIN_SCENES)
     assert {r["split"] for r in panel} == {"valid_unseen"} and {r["split"] for r in rooms} == {"train"}
 
 

@@ -4,6 +4,7 @@ conversation, their masks cover exactly the replies, and a fine-tuning step lowe
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,12 +150,16 @@ def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_
     """python -m alfrl sft end to end on one tiny game: the adapter, one metrics line per step, and the same
     numbers in TensorBoard (--log tensorboard, the default)."""
     from alfrl.checkpoint import read_jsonl
+    from alfrl.models import adapter_actions
     from alfrl.sft import train_sft
     from alfrl.tracking import read_tensorboard
     out = tmp_path / "sft"
     adapter = train_sft(SFTConfig(out=str(out), data_dir=str(tiny_games.root), split=SPLIT, games=2, epochs=1,
-                                  batch_size=1, lora_rank=4, lora_alpha=8), progress=False)
+                                  batch_size=1, lora_rank=4, lora_alpha=8, milestones="1"), progress=False)
     assert (adapter / "adapter_config.json").is_file()
+    # a fresh adapter is trained in the "first" protocol and says so; the milestone copy after 1 walkthrough stays
+    assert adapter_actions(adapter) == "first"
+    assert adapter_actions(out / "milestones/walkthroughs_00001") == "first"
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2]
     logged = read_tensorboard(out)
@@ -236,3 +241,31 @@ def test_sequences_alone_give_the_padded_micro_batchs_loss_and_gradient(policy):
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad]))
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     assert float((grads[1] - grads[0]).norm() / grads[0].norm()) < 1e-4
+
+
+def test_milestones_are_the_steps_that_reach_each_count():
+    from alfrl.sft import milestone_steps
+    assert milestone_steps("1000,2000, 3000", 4, 3000) == {250: 1000, 500: 2000, 750: 3000}
+    assert milestone_steps("5", 4, 10) == {2: 5}  # step 2 is the first after which 5 were trained on
+    assert milestone_steps("", 4, 10) == {}
+    with pytest.raises(ValueError, match="past the 10 walkthroughs"):
+        milestone_steps("20", 4, 10)
+
+
+def test_sft_games_join_a_second_folder_in_one_seeded_order(tiny_games, tmp_path):
+    import shutil
+
+    from alfrl.games import load_games
+    from alfrl.sft import sft_games
+    root = tiny_games.root
+    one = SFTConfig(data_dir=str(root), split=SPLIT, games=3, seed=5)
+    assert [g.game_id for g in sft_games(one)] == [g.game_id for g in load_games(SPLIT, root, seed=5, limit=3)]
+    with pytest.raises(ValueError, match="are in --data-dir too"):
+        sft_games(SFTConfig(data_dir=str(root), more_data_dir=str(root), split=SPLIT))
+    # half the games in each of two folders: the same games, the same order, as all in one
+    games = load_games(SPLIT, root)
+    for i, g in enumerate(games):
+        dst = tmp_path / ("a" if i % 2 else "b") / SPLIT / g.game_id
+        shutil.copytree(Path(g.path).parent, dst)
+    both = SFTConfig(data_dir=str(tmp_path / "a"), more_data_dir=str(tmp_path / "b"), split=SPLIT, games=99, seed=5)
+    assert [g.game_id for g in sft_games(both)] == [g.game_id for g in load_games(SPLIT, root, seed=5)]
