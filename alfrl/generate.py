@@ -200,6 +200,9 @@ def pack_journal(cfg: GenerateConfig, split: str, pack: Path) -> int:
     settings that made them beside it (:func:`continue_from_pack` reads both). Returns the games packed."""
     from alfrl.pack import write_pack
     records = [r for i, r in read_journal(Path(cfg.out), split).items() if r.get("config") == settings_key(cfg)]
+    if not records:
+        raise RuntimeError(f"{Path(cfg.out) / split} holds no {split} games made with these settings: nothing to "
+                           f"pack (pass the --splits, --seed and size flags of the generation), {pack} left as it was")
     write_pack(records, pack)
     pack.with_name(f"{split}.settings.json").write_text(settings_key(cfg) + "\n")
     return len(records)

@@ -16,7 +16,7 @@ from pathlib import Path
 from alfrl.bundled import BUNDLED, bundled_model_dir, cache_dir  # noqa: F401 (re-exported)
 from alfrl.paths import (EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, GRPO_DIR, REPO_ROOT, SCALE_GRPO_DIR,
                          WARM_START_DIR)
-from alfrl.protocol import BEFORE_RECORDED, DEFAULT_ACTIONS, check_action_list, check_thinking_switch
+from alfrl.protocol import DEFAULT_ACTIONS, check_action_list, check_thinking_switch
 
 # transformers v5 renamed gradient checkpointing to activation checkpointing; peft (and the v4 names
 # this course keeps, which work on both) trigger its deprecation warnings: not the learner's business.
@@ -271,7 +271,7 @@ def load_policy(model: str = BUNDLED, lora: str | LoraSpec | None = None, dtype:
         except (KeyError, TypeError, ValueError) as e:  # a config peft cannot use (checked keys aside)
             raise ValueError(f"could not load the LoRA adapter in {adapter} ({type(e).__name__}: {e}); "
                              f"{ADAPTER_FIX}") from None
-    actions = DEFAULT_ACTIONS if lora is None or isinstance(lora, LoraSpec) else adapter_actions(adapter)
+    actions = DEFAULT_ACTIONS if lora is None or isinstance(lora, LoraSpec) else adapter_actions(adapter)  # recorded
     return Policy(model=net, tokenizer=tokenizer, name=model, thinking=switch, actions=actions)
 
 
@@ -280,12 +280,12 @@ PROTOCOL_FILE = "alfrl_protocol.json"
 
 
 def adapter_actions(adapter: str | Path) -> str:
-    """The action-list protocol a saved adapter was trained in; :data:`alfrl.protocol.BEFORE_RECORDED` for one
-    saved before adapters recorded it."""
+    """The action-list protocol a saved adapter was trained in; :data:`alfrl.protocol.DEFAULT_ACTIONS` for one
+    that records none (saved before adapters recorded it)."""
     import json
     path = Path(adapter) / PROTOCOL_FILE
     if not path.is_file():
-        return BEFORE_RECORDED
+        return DEFAULT_ACTIONS
     try:
         return check_action_list(json.loads(path.read_text())["actions"])
     except (ValueError, KeyError, TypeError) as e:
@@ -346,7 +346,7 @@ def save_adapter(policy: Policy, directory: str | Path, dtype: str | None = None
     directory = Path(directory)
     # The adapter never trains embeddings: "auto" would look the base model up on the hub to check.
     policy.model.save_pretrained(directory, save_embedding_layers=False)
-    (directory / PROTOCOL_FILE).write_text(f'{{"actions": "{getattr(policy, "actions", BEFORE_RECORDED)}"}}\n')
+    (directory / PROTOCOL_FILE).write_text(f'{{"actions": "{getattr(policy, "actions", DEFAULT_ACTIONS)}"}}\n')
     if dtype:
         cast_adapter(directory, dtype)
     return directory

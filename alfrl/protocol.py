@@ -89,10 +89,10 @@ ACTION_LISTS = ("every", "first", "local")
 ``benchmarks/context_budget.py`` measures each on ALFWorld's official games. A policy carries the protocol
 its adapter was trained in (``Policy.actions``, saved beside the adapter); ``"auto"`` in a config means that one.
 """
-DEFAULT_ACTIONS = "first"
-"""The protocol of a fresh adapter (or none): a 50-step game of the largest official room fits 8,192 positions."""
-BEFORE_RECORDED = "every"
-"""The protocol of an adapter saved before adapters recorded theirs (every shipped one until then)."""
+DEFAULT_ACTIONS = "every"
+"""The protocol of a policy that records none: the bare model, a fresh adapter, and the shipped adapters (all
+trained in it). ``--actions first``, which holds a 50-step game of the largest official room, is chosen by flag,
+and an adapter trained in it records it (:func:`alfrl.models.adapter_actions`)."""
 _LIST_NOTES = {
     "every": "",
     "first": ("\n\nThe first message lists every available action. Later results show the list again only "
@@ -114,7 +114,7 @@ def check_action_list(actions: str, auto_ok: bool = False) -> str:
 def resolve_actions(actions: str, policy) -> str:
     """The protocol a rollout plays: ``actions``, or with ``"auto"`` the one the policy's adapter was trained in."""
     check_action_list(actions, auto_ok=True)
-    return getattr(policy, "actions", BEFORE_RECORDED) if actions == "auto" else actions
+    return getattr(policy, "actions", DEFAULT_ACTIONS) if actions == "auto" else actions
 
 
 def listed_actions(actions: str, admissible: list[str], valid: bool) -> list[str] | None:

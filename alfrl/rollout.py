@@ -188,7 +188,8 @@ def rollout_group(policy, game, config: RolloutConfig | None = None, env: GroupE
 
 
 def rollout_games(policy, games: list, config: RolloutConfig | None = None, env: GroupEnv | None = None,
-                  fmt: ChatFormat | None = None) -> list[Trajectory]:
+                  fmt: ChatFormat | None = None,
+                  on_turn: Callable[[int, int], None] | None = None) -> list[Trajectory]:
     """One trajectory of each game, all decoded in one batch (evaluation plays games this way).
 
     ``config.k`` is ignored: the env (if given) needs ``len(games)`` copies. Branch seeds are those
@@ -203,7 +204,7 @@ def rollout_games(policy, games: list, config: RolloutConfig | None = None, env:
         raise ValueError(f"the env has k={env.k}, max_steps={env.max_steps}; {len(games)} games with "
                          f"max_steps={config.max_steps} need as many copies")
     try:
-        return _play(policy, list(games), config, env, fmt, None)
+        return _play(policy, list(games), config, env, fmt, None, on_turn=on_turn)
     finally:
         if own_env:
             env.close()

@@ -140,7 +140,8 @@ def changed_settings(saved: dict, wanted: dict, ignore: tuple[str, ...] = (), ad
     as unchanged: right for results a newer version may extend, not for a run whose training it would change."""
     keys = set(wanted) if added_ok else set(saved) | set(wanted)
     return sorted(k for k in keys - set(ignore)
-                  if not (added_ok and k not in saved) and saved.get(k, BEFORE_ADDED.get(k)) != wanted.get(k))
+                  if not (added_ok and k not in saved and k not in BEFORE_ADDED)
+                  and saved.get(k, BEFORE_ADDED.get(k)) != wanted.get(k))
 
 
 def check_resumed_config(out: Path, config, resumable: tuple[str, ...]) -> None:

@@ -95,7 +95,7 @@ class SFTConfig:
     actions: str = "auto"
     """Which tool results list the available actions: "every", "first" (the first message, and after an
     invalid reply) or "local" (also the actions other than go to); "auto": the protocol the adapter was
-    trained in ("first" for a fresh one, "every" for the shipped ones made before; alfrl.protocol.ACTION_LISTS)."""
+    trained in ("every" for one that records none: the shipped ones, a fresh one; alfrl.protocol.ACTION_LISTS)."""
     plan_every: int = 0
     """Hierarchical expert: planner turns as in ``--plan-every`` rollouts, where the expert's reply begins with
     "Subgoal: <the next subgoal>" (alfrl.scripted.planned_expert_replies). 0: plain tool calls."""
@@ -243,7 +243,11 @@ def milestone_steps(milestones: str, batch_size: int, examples: int) -> dict[int
     if late:
         raise ValueError(f"--milestones {late} are past the {examples} walkthroughs of one epoch; lower them or "
                          "add games")
-    return {-(-m // batch_size): m for m in wanted}
+    steps = {-(-m // batch_size): m for m in wanted}
+    if len(steps) < len(wanted):
+        raise ValueError(f"--milestones {milestones!r}: two of them fall in the same step of {batch_size} "
+                         "walkthroughs; space them at least --batch-size apart")
+    return steps
 
 
 def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=None, progress: bool = True,
@@ -337,6 +341,7 @@ def sft_games(config: SFTConfig) -> list:
 
 def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool) -> Path:
     games = sft_games(config)
+    milestone_steps(config.milestones, config.batch_size, len(games))  # a bad value fails before the rendering
     torch.manual_seed(config.seed)
     warn_if_slow_bf16(resolve_device(config.device).type, ["--bf16"] * config.bf16)
     last = latest_checkpoint(out)

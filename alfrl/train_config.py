@@ -76,7 +76,7 @@ class TrainConfig:
     actions: str = "auto"
     """Which tool results list the available actions: "every", "first" (the first message, and after an
     invalid reply) or "local" (also the actions other than go to); "auto": the protocol the adapter was
-    trained in ("first" for a fresh one, "every" for the shipped ones made before; alfrl.protocol.ACTION_LISTS)."""
+    trained in ("every" for one that records none: the shipped ones, a fresh one; alfrl.protocol.ACTION_LISTS)."""
     temperature: float = 1.0
     """Sampling temperature (the update recomputes logprobs at the same one)."""
     top_p: float = 1.0

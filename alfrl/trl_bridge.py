@@ -38,6 +38,7 @@ from pathlib import Path
 
 from alfrl.advantage import AdvantageConfig
 from alfrl.models import Policy, save_adapter
+from alfrl.protocol import DEFAULT_ACTIONS
 from alfrl.rollout import rollout_batch
 from alfrl.train_config import TrainConfig, preset
 from alfrl.trajectory import Trajectory
@@ -89,6 +90,9 @@ class CourseRollout:
         self.seconds = 0.0
         self.history: list[list[str]] = []
         """The game of each group played, one list per call (per update)."""
+        self.thinking: bool | None = None
+        self.actions = DEFAULT_ACTIONS
+        """The thinking switch and action-list protocol the trained adapter plays (the loaded one's)."""
 
     def groups(self, prompts: list[str], k: int) -> list:
         """The games of ``prompts``, which must come as whole groups: runs of ``k`` identical game ids."""
@@ -110,7 +114,8 @@ class CourseRollout:
         k = trainer.num_generations
         games = self.groups(list(prompts), k)
         model = trainer.accelerator.unwrap_model(trainer.model)
-        policy = Policy(model=model, tokenizer=trainer.processing_class, name=self.config.model)
+        policy = Policy(model=model, tokenizer=trainer.processing_class, name=self.config.model,
+                        thinking=self.thinking, actions=self.actions)
         step = trainer.state.global_step + 1  # the course counts updates from 1
         was_training = model.training
         model.eval()
@@ -210,6 +215,7 @@ def make_trainer(config: TrainConfig, output_dir: str | Path, groups_per_update:
     needed = groups_per_update * config.updates  # fewer games than that: TRL goes through them again, in order
     policy = load_for_training(replace(config, device="cpu"))  # the Trainer puts it on each process's device
     rollout = CourseRollout(games, config, progress=progress)
+    rollout.thinking, rollout.actions = policy.thinking, policy.actions  # what the loaded adapter plays
     trainer = GRPOTrainer(model=policy.model, reward_funcs=episode_reward,
                           args=grpo_config(config, output_dir, groups_per_update, num_processes,
                                            rows_per_micro_batch, **overrides),
@@ -258,7 +264,8 @@ def main(argv: list[str] | None = None) -> None:
                                                       "train_seconds": time.perf_counter() - tick}) + "\n")
     if trainer.accelerator.is_main_process:
         model = trainer.accelerator.unwrap_model(trainer.model)
-        save_adapter(Policy(model=model, tokenizer=trainer.processing_class, name=config.model), out / "adapter")
+        save_adapter(Policy(model=model, tokenizer=trainer.processing_class, name=config.model,
+                            actions=rollout.actions), out / "adapter")
         (out / "log.json").write_text(json.dumps([e for e in trainer.state.log_history if "grad_norm" in e],
                                                  indent=1) + "\n")
         print(f"adapter, log and each rank's games in {out}")

@@ -79,8 +79,10 @@ def play_speed(games: list, adapter: str, steps: int) -> str:
                                temperature=0.0, workers=0, actions=actions,
                                prefill_dtype="bfloat16" if native_bf16_cpu() else None)
         start = time.perf_counter()
-        played = rollout_games(policy, games, config)
+        with tqdm(desc=f"play --actions {actions}", unit="turn") as bar:
+            played = rollout_games(policy, games, config, on_turn=lambda turn, live: bar.update())
         minutes = (time.perf_counter() - start) / 60
+        print(f"--actions {actions}: {minutes:.1f} minutes", file=sys.stderr, flush=True)
         lines.append(f"| `{actions}` | {len(games) / minutes:.2f} | {sum(t.won for t in played)} | "
                      f"{statistics.mean(t.steps for t in played):.1f} | {max(len(t.tokens) for t in played)} | "
                      f"{sum(t.end_reason == 'max_tokens' for t in played)} |")

@@ -69,11 +69,7 @@ def policy():
 
     from alfrl.models import LoraSpec, load_policy
     torch.manual_seed(0)
-    policy = load_policy(lora=LoraSpec(rank=4, alpha=8))
-    # A fresh adapter plays the "first" protocol; the mechanics tests read the tool results' lists, so they play
-    # "every", as a ChatFormat built without one does (tests/test_context.py plays "first").
-    policy.actions = "every"
-    return policy
+    return load_policy(lora=LoraSpec(rank=4, alpha=8))
 
 
 def pytest_configure(config):

@@ -13,6 +13,7 @@ import pytest
 
 from alfrl.context import load_episodes, record_episode, render, turn_ends
 from alfrl.env import GroupEnv
+from alfrl import rollout
 from alfrl.protocol import DEFAULT_ACTIONS, ChatFormat
 from alfrl.rollout import RolloutConfig, fit_context, rollout_group
 from alfrl.scripted import ScriptedSession, tool_call
@@ -43,12 +44,12 @@ def test_the_fixture_is_a_whole_50_step_game_of_a_large_room(largest):
     assert max(len(s.admissible_commands) for s in largest.steps) >= 45
 
 
-def test_a_50_step_game_of_the_largest_official_room_fits_the_default_context(tokenizer, largest):
-    t = render(tokenizer, largest, DEFAULT_ACTIONS)
+def test_a_50_step_game_of_the_largest_official_room_fits_the_first_protocol(tokenizer, largest):
+    t = render(tokenizer, largest, "first")
     assert t.steps == 50 and t.end_reason == "max_steps"
     assert len(t.tokens) <= WINDOW - 1000  # with room to spare for longer replies than the expert's
     every = render(tokenizer, largest, "every")
-    assert len(every.tokens) > WINDOW  # the list in every result does not fit: why the default is "first"
+    assert len(every.tokens) > WINDOW  # the list in every result does not fit: why long games play "first"
     assert turn_ends(every)[-1] == len(every.tokens)
 
 
@@ -76,7 +77,8 @@ def test_a_recorded_episode_renders_as_the_real_engine_plays_it(tiny_games, toke
         assert recorded.tokens == real.tokens and recorded.mask == real.mask
 
 
-def test_the_trajectory_budget_never_passes_the_models_window(capsys):
+def test_the_trajectory_budget_never_passes_the_models_window(capsys, monkeypatch):
+    monkeypatch.setattr(rollout, "_SAID", set())  # the note is said once a process: say it here
     policy = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=WINDOW)))
     config = RolloutConfig(max_trajectory_tokens=12000)
     fitted = fit_context(config, policy)
@@ -91,7 +93,10 @@ def test_an_adapter_carries_its_protocol(tmp_path, policy):
     from alfrl.paths import REPO_ROOT
     assert adapter_actions(REPO_ROOT / "data/warmstart_epoch") == "every"  # saved before adapters recorded it
     fresh = load_policy(lora=LoraSpec(rank=2, alpha=4))
-    assert fresh.actions == DEFAULT_ACTIONS == "first"
+    assert fresh.actions == DEFAULT_ACTIONS == "every"  # until trained in another protocol
+    save_adapter(fresh, tmp_path / "every")
+    assert adapter_actions(tmp_path / "every") == "every"
+    fresh.actions = "first"  # what sft --actions first sets before it trains
     save_adapter(fresh, tmp_path / "a")
     assert json.loads((tmp_path / "a/alfrl_protocol.json").read_text()) == {"actions": "first"}
     assert load_policy(lora=str(tmp_path / "a")).actions == "first"

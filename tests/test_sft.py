@@ -155,9 +155,10 @@ def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_
     from alfrl.tracking import read_tensorboard
     out = tmp_path / "sft"
     adapter = train_sft(SFTConfig(out=str(out), data_dir=str(tiny_games.root), split=SPLIT, games=2, epochs=1,
-                                  batch_size=1, lora_rank=4, lora_alpha=8, milestones="1"), progress=False)
+                                  batch_size=1, lora_rank=4, lora_alpha=8, milestones="1", actions="first"),
+                        progress=False)
     assert (adapter / "adapter_config.json").is_file()
-    # a fresh adapter is trained in the "first" protocol and says so; the milestone copy after 1 walkthrough stays
+    # trained in the "first" protocol, the adapter says so; the milestone copy after 1 walkthrough stays
     assert adapter_actions(adapter) == "first"
     assert adapter_actions(out / "milestones/walkthroughs_00001") == "first"
     metrics = read_jsonl(out / "metrics.jsonl")
@@ -250,6 +251,8 @@ def test_milestones_are_the_steps_that_reach_each_count():
     assert milestone_steps("", 4, 10) == {}
     with pytest.raises(ValueError, match="past the 10 walkthroughs"):
         milestone_steps("20", 4, 10)
+    with pytest.raises(ValueError, match="fall in the same step"):
+        milestone_steps("1,2", 4, 10)
 
 
 def test_sft_games_join_a_second_folder_in_one_seeded_order(tiny_games, tmp_path):
