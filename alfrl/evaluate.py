@@ -27,7 +27,7 @@ from alfrl.eval_stats import paired_outcomes, read_records, summarize, wilson_in
 from alfrl.games import GameSpec, check_games, load_games
 from alfrl.models import (BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype, thinking_switch,
                           torch_threads)
-from alfrl.protocol import policy_format
+from alfrl.protocol import check_action_list, policy_format
 from alfrl.rollout import RolloutConfig, rollout_games
 from alfrl.rundir import CONFIG, EVAL, Prepared, changed_settings, check_output_dir, prepare_output_dir, read_config
 
@@ -115,6 +115,7 @@ class EvalConfig:
         check_fields(self, EVAL_RANGES, check_types=False)
         resolve_dtype(self.dtype, resolve_device(self.device))
         thinking_switch(self.thinking)
+        check_action_list(self.actions, auto_ok=True)
 
 
 def game_record(split: str, trajectory) -> dict:

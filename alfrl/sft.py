@@ -33,7 +33,7 @@ from alfrl.models import BUNDLED, LoraSpec, load_policy, resolve_device, save_ad
 from alfrl.ppo import micro_batches
 from alfrl.precision import warn_if_slow_bf16
 from alfrl.prefix import can_share, run_prefix
-from alfrl.protocol import policy_format, resolve_actions
+from alfrl.protocol import check_action_list, policy_format, resolve_actions
 from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
 from alfrl.rundir import RUN, check_resumed_config, prepare_output_dir
 from alfrl.scripted import ScriptedSession, expert_replies, planned_expert_replies
@@ -312,6 +312,7 @@ def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=
 def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     """Render the expert trajectories, fine-tune the adapter on them, save it; returns the adapter dir."""
     config = config or SFTConfig()
+    check_action_list(config.actions, auto_ok=True)  # before the run folder is made
     trackers_wanted = check_log(config.log)  # a missing tracker package is named before anything is written
     out = prepare_output_dir(config.out, RUN, overwrite=config.overwrite, resume=config.resume).path
     if config.resume:

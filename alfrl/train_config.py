@@ -13,6 +13,7 @@ from alfrl.checks import Range, check_fields
 from alfrl.models import DEFAULT_WARM_START
 from alfrl.precision import native_bf16_cpu, warn_if_slow_bf16
 from alfrl.ppo import PPOConfig
+from alfrl.protocol import check_action_list
 from alfrl.rollout import RolloutConfig
 from alfrl.tracking import check_log
 
@@ -344,6 +345,7 @@ def check_config(config: TrainConfig) -> None:
 
     check_fields(config, TRAIN_RANGES)
     thinking_switch(config.thinking)
+    check_action_list(config.actions, auto_ok=True)
     if config.eval_split not in ("valid_seen", "valid_unseen", "all"):
         raise ValueError(f"--eval-split must be valid_seen, valid_unseen or all (got {config.eval_split!r}): "
                          "evaluation plays held-out games")

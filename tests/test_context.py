@@ -103,3 +103,16 @@ def test_an_adapter_carries_its_protocol(tmp_path, policy):
     (tmp_path / "a/alfrl_protocol.json").write_text('{"actions": "most"}')
     with pytest.raises(ValueError, match="alfrl_protocol.json is damaged"):
         adapter_actions(tmp_path / "a")
+
+
+def test_an_unknown_protocol_fails_before_anything_is_written(tmp_path):
+    from alfrl.evaluate import EvalConfig
+    from alfrl.sft import SFTConfig, train_sft
+    from alfrl.train_config import TrainConfig, check_config
+    with pytest.raises(ValueError, match="--actions must be one of every, first, local, auto"):
+        EvalConfig(actions="most", out=str(tmp_path / "eval")).check()
+    with pytest.raises(ValueError, match="--actions must be one of"):
+        check_config(TrainConfig(actions="most"))
+    with pytest.raises(ValueError, match="--actions must be one of"):
+        train_sft(SFTConfig(actions="most", out=str(tmp_path / "sft")), progress=False)
+    assert not any(tmp_path.iterdir())
