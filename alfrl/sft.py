@@ -314,13 +314,15 @@ def train_sft(config: SFTConfig | None = None, progress: bool = True) -> Path:
     config = config or SFTConfig()
     check_action_list(config.actions, auto_ok=True)  # before the run folder is made
     trackers_wanted = check_log(config.log)  # a missing tracker package is named before anything is written
+    games = sft_games(config)
+    milestone_steps(config.milestones, config.batch_size, len(games))  # too few games fails before a folder is made
     out = prepare_output_dir(config.out, RUN, overwrite=config.overwrite, resume=config.resume).path
     if config.resume:
         check_resumed_config(out, config, RESUMABLE)  # the same settings, or a clear error; writes config.json
     else:
         (out / "config.json").write_text(json.dumps(asdict(config), indent=2))
     with torch_threads(config.threads):
-        return _train_sft(config, out, trackers_wanted, progress)
+        return _train_sft(config, out, trackers_wanted, progress, games)
 
 
 def sft_games(config: SFTConfig) -> list:
@@ -340,9 +342,7 @@ def sft_games(config: SFTConfig) -> list:
     return shuffled(games, config.seed)[:config.games]
 
 
-def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool) -> Path:
-    games = sft_games(config)
-    milestone_steps(config.milestones, config.batch_size, len(games))  # a bad value fails before the rendering
+def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool, games: list) -> Path:
     torch.manual_seed(config.seed)
     warn_if_slow_bf16(resolve_device(config.device).type, ["--bf16"] * config.bf16)
     last = latest_checkpoint(out)
