@@ -11,7 +11,9 @@ a turn, and a 50-step game cannot fit. To compare protocols on the same games wi
    (:func:`alfrl.rollout.rollout_group` with the expert's tool calls as the replies), so
    :func:`render` gives the exact tokens the policy would read under any protocol.
 
-``benchmarks/context_budget.py`` runs this on every official valid_seen game. Taught in notebook 08.
+The same budget guards every rollout: :func:`fit_context` cuts a trajectory budget above the model's trained
+positions to them. ``benchmarks/context_budget.py`` runs this on every official valid_seen game. Taught in
+notebook 08.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from __future__ import annotations
 import json
 import lzma
 import random
-from dataclasses import asdict, dataclass, field
+import sys
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -99,6 +102,30 @@ def _step(env: GroupEnv, action: str) -> RecordedStep:
     return RecordedStep(action=action, observation=result.observation,
                         admissible_commands=list(result.admissible_commands), admissible=result.admissible,
                         won=result.won)
+
+
+_SAID: set[tuple[int, int]] = set()
+
+
+def context_window(policy) -> int | None:
+    """The positions the policy's model was trained for (``max_position_embeddings``); None if unknown."""
+    config = getattr(getattr(policy, "model", None), "config", None)
+    window = getattr(config, "max_position_embeddings", None)
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def fit_context(config, policy):
+    """``config`` (a :class:`~alfrl.rollout.RolloutConfig`) with ``max_trajectory_tokens`` cut to the model's context window, said once on stderr:
+    past its trained positions a model's replies are not to be trusted, so a trajectory never goes there."""
+    window = context_window(policy)
+    if window is None or config.max_trajectory_tokens <= window:
+        return config
+    if (config.max_trajectory_tokens, window) not in _SAID:
+        _SAID.add((config.max_trajectory_tokens, window))
+        print(f"note: --max-trajectory-tokens {config.max_trajectory_tokens} is more than this model's context "
+              f"window ({window} positions); trajectories end at {window} tokens", file=sys.stderr)
+    return replace(config, max_trajectory_tokens=window)
+
 
 
 class RecordedEnv:

@@ -29,7 +29,6 @@ plays a hierarchical episode.
 
 from __future__ import annotations
 
-import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from tqdm.auto import tqdm
 
+from alfrl.context import fit_context
 from alfrl.env import NOTHING_HAPPENS, GroupEnv
 from alfrl.protocol import (BAD_FORMAT, COMPLETED, EXECUTED, NOT_ADMISSIBLE, PLAN_REQUEST, ChatFormat,
                             build_next_prompt, is_planner_turn, parse_plan, parse_reply, plan_token_count,
@@ -103,29 +103,6 @@ class RolloutConfig:
         check_action_list(self.actions, auto_ok=True)
         if self.prefill_dtype not in (None, "bfloat16", "float16"):
             raise ValueError(f"prefill_dtype must be None, 'bfloat16' or 'float16' (got {self.prefill_dtype!r})")
-
-
-_SAID: set[tuple[int, int]] = set()
-
-
-def context_window(policy) -> int | None:
-    """The positions the policy's model was trained for (``max_position_embeddings``); None if unknown."""
-    config = getattr(getattr(policy, "model", None), "config", None)
-    window = getattr(config, "max_position_embeddings", None)
-    return window if isinstance(window, int) and window > 0 else None
-
-
-def fit_context(config: RolloutConfig, policy) -> RolloutConfig:
-    """``config`` with ``max_trajectory_tokens`` cut to the model's context window, said once on stderr:
-    past its trained positions a model's replies are not to be trusted, so a trajectory never goes there."""
-    window = context_window(policy)
-    if window is None or config.max_trajectory_tokens <= window:
-        return config
-    if (config.max_trajectory_tokens, window) not in _SAID:
-        _SAID.add((config.max_trajectory_tokens, window))
-        print(f"note: --max-trajectory-tokens {config.max_trajectory_tokens} is more than this model's context "
-              f"window ({window} positions); trajectories end at {window} tokens", file=sys.stderr)
-    return replace(config, max_trajectory_tokens=window)
 
 
 def branch_seed(seed: int, game_id: str, branch: int) -> int:

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from alfrl.context import load_episodes, record_episode, render, turn_ends
+from alfrl.context import fit_context, load_episodes, record_episode, render, turn_ends
 from alfrl.env import GroupEnv
-from alfrl import rollout
+from alfrl import context
 from alfrl.protocol import DEFAULT_ACTIONS, ChatFormat
-from alfrl.rollout import RolloutConfig, fit_context, rollout_group
+from alfrl.rollout import RolloutConfig, rollout_group
 from alfrl.scripted import ScriptedSession, tool_call
 
 FIXTURE = Path(__file__).parent / "fixtures/largest_official_50steps.jsonl.xz"
@@ -78,7 +78,7 @@ def test_a_recorded_episode_renders_as_the_real_engine_plays_it(tiny_games, toke
 
 
 def test_the_trajectory_budget_never_passes_the_models_window(capsys, monkeypatch):
-    monkeypatch.setattr(rollout, "_SAID", set())  # the note is said once a process: say it here
+    monkeypatch.setattr(context, "_SAID", set())  # the note is said once a process: say it here
     policy = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=WINDOW)))
     config = RolloutConfig(max_trajectory_tokens=12000)
     fitted = fit_context(config, policy)
