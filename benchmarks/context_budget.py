@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -152,7 +153,7 @@ def main() -> None:
 
 def _official_dir() -> Path:
     try:
-        return resolve_data_dir(None if "ALFWORLD_DATA" in __import__("os").environ
+        return resolve_data_dir(None if "ALFWORLD_DATA" in os.environ
                                 else REPO_ROOT.parent / "shared/alfworld-real")
     except Exception as e:  # noqa: BLE001
         raise SystemExit(f"no official games found ({e}); pass --data-dir or set $ALFWORLD_DATA") from e
