@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 from alfrl import TASK_TYPES
 
 if TYPE_CHECKING:  # for annotations only: each command imports what it needs when it runs
-    from alfrl.train_config import TrainConfig
+    from alfrl.training.train_config import TrainConfig
 
 
 def _table(data_dir: str | None) -> str:
-    from alfrl.games import available_splits, load_games, resolve_data_dir
+    from alfrl.world.games import available_splits, load_games, resolve_data_dir
     root = resolve_data_dir(data_dir)  # once: with the default data this checks the packs
     splits = available_splits(root)
     counts = {s: Counter(g.task_type for g in load_games(s, root)) for s in splits}
@@ -43,8 +43,8 @@ def _table(data_dir: str | None) -> str:
 
 
 def cmd_setup(args: argparse.Namespace) -> None:
-    from alfrl.pack import default_packs, expand
-    from alfrl.paths import games_dir
+    from alfrl.base.paths import games_dir
+    from alfrl.world.pack import default_packs, expand
     root = Path(args.data_dir) if args.data_dir else games_dir()
     start = time.time()
     packs = default_packs()
@@ -79,8 +79,8 @@ HELD_OUT = {"valid_unseen": "held out: a room on a floor plan never used in trai
 def cmd_demo(args: argparse.Namespace) -> None:
     if args.agent:
         return _agent_demo(args)
-    from alfrl.expert import replay
-    from alfrl.games import load_games
+    from alfrl.world.expert import replay
+    from alfrl.world.games import load_games
     games = load_games(args.split or "valid_seen", args.data_dir, task_types=(args.task,) if args.task else None,
                        max_expert_steps=args.max_expert_steps, max_receptacles=args.max_receptacles)
     game = games[(args.index or 0) % len(games)]
@@ -101,9 +101,9 @@ def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
     ``warmstart_expert``, ``warmstart``, ``grpo``), a LoRA adapter folder, a checkpoint folder (its
     ``adapter/``) or a training run directory (the adapter of its newest checkpoint, on the model its
     config.json names unless ``model`` is given). A clear FileNotFoundError when PATH holds none of these."""
-    from alfrl.checkpoint import latest_checkpoint
-    from alfrl.models import BUNDLED, SHIPPED, resolve_adapter
-    from alfrl.rundir import read_config
+    from alfrl.agent.models import BUNDLED, SHIPPED, resolve_adapter
+    from alfrl.base.checkpoint import latest_checkpoint
+    from alfrl.base.rundir import read_config
     if agent in SHIPPED:
         return agent, model or BUNDLED, f"{SHIPPED[agent][0]} in {_shown(resolve_adapter(agent))}"
     path = Path(agent)
@@ -128,7 +128,7 @@ def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
 
 
 def _shown(path: Path) -> str:
-    from alfrl.paths import REPO_ROOT
+    from alfrl.base.paths import REPO_ROOT
     try:
         return str(path.relative_to(REPO_ROOT))
     except ValueError:
@@ -137,7 +137,7 @@ def _shown(path: Path) -> str:
 
 class _ShowTurns:
     """A one-game GroupEnv that prints the game's start and each turn as it is played, so the agent's demo
-    shows the game live while the real rollout code (:func:`alfrl.rollout.rollout_games`) plays it.
+    shows the game live while the real rollout code (:func:`alfrl.rl.rollout.rollout_games`) plays it.
     Everything else is the env's."""
 
     def __init__(self, env):
@@ -167,12 +167,12 @@ class _ShowTurns:
 
 
 def _agent_demo(args: argparse.Namespace) -> None:
-    from alfrl.env import GroupEnv
-    from alfrl.evaluate import EvalConfig
-    from alfrl.games import load_games
-    from alfrl.models import BUNDLED, check_adapter, load_policy
-    from alfrl.rollout import RolloutConfig, rollout_games
-    from alfrl.train_config import TrainConfig
+    from alfrl.agent.models import BUNDLED, check_adapter, load_policy
+    from alfrl.eval.evaluate import EvalConfig
+    from alfrl.rl.rollout import RolloutConfig, rollout_games
+    from alfrl.training.train_config import TrainConfig
+    from alfrl.world.env import GroupEnv
+    from alfrl.world.games import load_games
 
     small = TrainConfig()  # the cpu preset's rooms and episodes (the learning result's evaluation too)
     greedy = EvalConfig()  # evaluation's sampling: near-greedy, its seed, its dtype and device
@@ -218,10 +218,10 @@ def _agent_demo(args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from alfrl.cli import build_dataclass
-    from alfrl.generate import GenerateConfig, generate
-    from alfrl.pack import write_pack
-    from alfrl.generate import continue_from_pack, pack_journal, settings_key
+    from alfrl.base.cli import build_dataclass
+    from alfrl.world.generate import GenerateConfig, generate
+    from alfrl.world.generate import continue_from_pack, pack_journal, settings_key
+    from alfrl.world.pack import write_pack
     cfg = build_dataclass(GenerateConfig, args)
     packs = {split: Path(args.pack_dir) / f"{split}.jsonl.xz" for split in cfg.splits} if args.pack_dir else {}
     if args.pack_so_far:
@@ -244,8 +244,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from alfrl.cli import given_flags
-    from alfrl.train import TrainConfig, preset, train
+    from alfrl.base.cli import given_flags
+    from alfrl.training.train import TrainConfig, preset, train
     flags = given_flags(TrainConfig, args)
     if args.resume:
         ignored = sorted(set(flags) - {"updates"})
@@ -258,8 +258,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
-    from alfrl.cli import build_dataclass
-    from alfrl.evaluate import EvalConfig, evaluate
+    from alfrl.base.cli import build_dataclass
+    from alfrl.eval.evaluate import EvalConfig, evaluate
     config = build_dataclass(EvalConfig, args)
     summary = evaluate(config)
     print(f"\n{config.out}: {summary['all']['won']}/{summary['all']['games']} games won")
@@ -271,15 +271,15 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
 
 def cmd_sft(args: argparse.Namespace) -> None:
-    from alfrl.cli import build_dataclass
-    from alfrl.sft import SFTConfig, train_sft
+    from alfrl.base.cli import build_dataclass
+    from alfrl.imitation.sft import SFTConfig, train_sft
     adapter = train_sft(build_dataclass(SFTConfig, args))
     print(f"adapter saved to {adapter}; train from it with: python -m alfrl train --init-adapter {adapter}")
 
 
 def cmd_dagger(args: argparse.Namespace) -> None:
-    from alfrl.cli import build_dataclass
-    from alfrl.dagger import DaggerConfig, dagger
+    from alfrl.base.cli import build_dataclass
+    from alfrl.imitation.dagger import DaggerConfig, dagger
     config = build_dataclass(DaggerConfig, args)
     adapter = dagger(config)
     print(f"adapter saved to {adapter}; per round: {config.out}/metrics.jsonl; "
@@ -287,8 +287,8 @@ def cmd_dagger(args: argparse.Namespace) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> None:
-    from alfrl.cli import build_dataclass
-    from alfrl.practice import PROFILE, ProfileConfig, profile
+    from alfrl.base.cli import build_dataclass
+    from alfrl.eval.practice import PROFILE, ProfileConfig, profile
     config = build_dataclass(ProfileConfig, args)
     lines = profile(config)
     wins, episodes = sum(r["wins"] for r in lines), sum(r["k"] for r in lines)
@@ -300,7 +300,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
 def cmd_pool(args: argparse.Namespace) -> None:
     import json
-    from alfrl.practice import matched_pools, read_profile
+    from alfrl.eval.practice import matched_pools, read_profile
     pool = matched_pools(read_profile(args.profile), size=args.size, low=args.low, high=args.high, seed=args.seed)
     pool["profile"] = args.profile
     out = Path(args.out)
@@ -345,14 +345,14 @@ def _add_demo(sub: argparse._SubParsersAction, cpu: TrainConfig) -> None:
 
 CONFIG_COMMANDS = {
     # command: (module, config class, help, description)
-    "generate": ("alfrl.generate", "GenerateConfig", "make new games offline", None),
-    "eval": ("alfrl.evaluate", "EvalConfig", "evaluate a model (+ LoRA adapter) on valid_seen / valid_unseen", None),
-    "sft": ("alfrl.sft", "SFTConfig", "expert warm start: supervised LoRA fine-tuning on expert walkthroughs", None),
-    "dagger": ("alfrl.dagger", "DaggerConfig", "DAgger: the expert labels the states the policy reaches; fine-tune on "
+    "generate": ("alfrl.world.generate", "GenerateConfig", "make new games offline", None),
+    "eval": ("alfrl.eval.evaluate", "EvalConfig", "evaluate a model (+ LoRA adapter) on valid_seen / valid_unseen", None),
+    "sft": ("alfrl.imitation.sft", "SFTConfig", "expert warm start: supervised LoRA fine-tuning on expert walkthroughs", None),
+    "dagger": ("alfrl.imitation.dagger", "DaggerConfig", "DAgger: the expert labels the states the policy reaches; fine-tune on "
                "them", "Each round: the policy plays new train games, the expert labels every state it reached, and "
                "the adapter is fine-tuned on the expert's walkthroughs and all labels so far. --resume continues an "
                "interrupted run."),
-    "profile": ("alfrl.practice", "ProfileConfig", "each listed game's wins out of K at the rollout temperature",
+    "profile": ("alfrl.eval.practice", "ProfileConfig", "each listed game's wins out of K at the rollout temperature",
                 "Play each game K times (the cpu preset's rollouts by default) and record its wins out of K: a "
                 "difficulty profile, or the before/after evaluation of practised and control games."),
 }
@@ -363,8 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     """``python -m alfrl``'s commands and their flags (the dataclass configs' fields)."""
     import importlib
 
-    from alfrl.cli import add_dataclass_args
-    from alfrl.train import TrainConfig
+    from alfrl.base.cli import add_dataclass_args
+    from alfrl.training.train import TrainConfig
 
     parser = argparse.ArgumentParser(prog="python -m alfrl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -396,8 +396,8 @@ def _add_setup_and_games(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    from alfrl.cli import add_dataclass_args
-    from alfrl.train import PRESETS, TrainConfig
+    from alfrl.base.cli import add_dataclass_args
+    from alfrl.training.train import PRESETS, TrainConfig
     p = sub.add_parser("train", help="train a LoRA adapter with group rollouts and PPO",
                        description="Train with GRPO-style advantages and a clipped PPO loss on a LoRA adapter. "
                                    "A preset sets many flags at once; flags given explicitly win.")
@@ -405,7 +405,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="cpu: the bundled small model, minutes on 2 cores; practice: its method on a fixed pool of "
                         "8 games; scale: its method for the reference run's 80 updates (at most 5,120 episodes), "
                         "hours; reference: the reference run's settings for a GPU (default: cpu; "
-                        "alfrl.train_config.PRESETS)")
+                        "alfrl.training.train_config.PRESETS)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
                                                        "(with its saved config; --updates may raise the total)")
     add_dataclass_args(p, TrainConfig)
@@ -425,8 +425,8 @@ def _add_pool(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from alfrl.checkpoint import RunDirError
-    from alfrl.games import GameDataError
+    from alfrl.base.checkpoint import RunDirError
+    from alfrl.world.games import GameDataError
     try:
         args.func(args)
     except (GameDataError, FileNotFoundError, FileExistsError, ValueError, RuntimeError, RunDirError) as e:

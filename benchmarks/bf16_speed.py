@@ -6,7 +6,7 @@ each timed twice, alternating; prints the CPU's bfloat16 flags, the times and th
     python benchmarks/bf16_speed.py --tokens 2048
 
 On a CPU with AVX512_BF16 or AMX autocast is faster (SFT measured about 1.7x); on an AVX2-only CPU PyTorch
-emulates bfloat16 and it is far slower. alfrl.precision turns the cpu preset's bfloat16 options on only
+emulates bfloat16 and it is far slower. alfrl.agent.precision turns the cpu preset's bfloat16 options on only
 where the flags are there. Run it on an idle machine.
 """
 
@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from alfrl.models import load_policy
-from alfrl.precision import BF16_FLAGS, cpu_flags, native_bf16_cpu
+from alfrl.agent.models import load_policy
+from alfrl.agent.precision import BF16_FLAGS, cpu_flags, native_bf16_cpu
 
 
 def timed_pass(model, ids: torch.Tensor, bf16: bool, backward: bool) -> float:

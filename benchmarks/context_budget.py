@@ -2,7 +2,7 @@
 
 Every solvable official valid_seen game (``../shared/alfworld-real`` or ``$ALFWORLD_DATA``) is played once
 in the real engine: the expert's walkthrough padded to 50 steps with search moves before it
-(:func:`alfrl.context.record_episode`). Each record is then rendered through the real rollout code under
+(:func:`alfrl.rl.context.record_episode`). Each record is then rendered through the real rollout code under
 each protocol (``--actions every|first|local``) with the bundled model's chat template, and the script
 prints, per protocol: tokens a turn adds (median), tokens at step 50 (median and max over the games),
 tokens prefilled per episode with the KV cache kept (each token once) and without it (every turn reads
@@ -32,12 +32,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from alfrl.context import Episode, load_episodes, record_episode, render, save_episodes, turn_ends
-from alfrl.env import GroupEnv
-from alfrl.games import load_games, resolve_data_dir
-from alfrl.models import load_tokenizer
-from alfrl.paths import REPO_ROOT
-from alfrl.protocol import ACTION_LISTS
+from alfrl.agent.models import load_tokenizer
+from alfrl.agent.protocol import ACTION_LISTS
+from alfrl.base.paths import REPO_ROOT
+from alfrl.rl.context import Episode, load_episodes, record_episode, render, save_episodes, turn_ends
+from alfrl.world.env import GroupEnv
+from alfrl.world.games import load_games, resolve_data_dir
 
 WINDOW = 8192
 
@@ -66,9 +66,9 @@ def measure(tokenizer, episodes: list[Episode], actions: str) -> tuple[dict, dic
 def play_speed(games: list, adapter: str, steps: int) -> str:
     """Play ``games`` once each under every protocol (the cpu preset's sampling: greedy here, 48 new tokens a
     reply, bfloat16 prefill where native) and tabulate episodes a minute and where the episodes ended."""
-    from alfrl.models import load_policy
-    from alfrl.precision import native_bf16_cpu
-    from alfrl.rollout import RolloutConfig, rollout_games
+    from alfrl.agent.models import load_policy
+    from alfrl.agent.precision import native_bf16_cpu
+    from alfrl.rl.rollout import RolloutConfig, rollout_games
     policy = load_policy(lora=adapter)
     policy.model.eval()
     lines = [f"{len(games)} official games played together by {adapter}, greedy, at most {steps} steps, replies of "

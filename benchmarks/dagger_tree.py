@@ -1,5 +1,5 @@
 """What DAgger's fine-tune costs with each episode run once (its branches reading its keys and values,
-``alfrl.sft.tree_nll``) against every branch run with its whole history: tokens run and seconds for the
+``alfrl.imitation.sft.tree_nll``) against every branch run with its whole history: tokens run and seconds for the
 forward and backward pass, on real episodes. Run it on an idle machine.
 
     python benchmarks/dagger_tree.py                      # 8 lost warm-start episodes, bf16 and float32
@@ -7,8 +7,8 @@ forward and backward pass, on real episodes. Run it on an idle machine.
 
 The episodes are the warm start's own (``data/results/cpu_T0.6_keepwin_trajectories.jsonl.xz``: 10-step
 episodes of generated train games, T=0.6), lost ones first, each labelled by the expert driven along
-its actions (``alfrl.dagger.expert_labels``) and made into one example with at most ``--max-branches``
-branches, as a DAgger round makes them. The same examples go through ``alfrl.sft.nll_loss`` both ways,
+its actions (``alfrl.imitation.dagger.expert_labels``) and made into one example with at most ``--max-branches``
+branches, as a DAgger round makes them. The same examples go through ``alfrl.imitation.sft.nll_loss`` both ways,
 one example a step, as a fine-tune does; the loss of the two ways is printed beside the times.
 """
 
@@ -22,14 +22,14 @@ import time
 
 import torch
 
-from alfrl.dagger import dagger_examples, expert_labels
-from alfrl.games import load_games
-from alfrl.models import load_policy
-from alfrl.paths import REPO_ROOT
-from alfrl.prefix import can_share
-from alfrl.protocol import ChatFormat
-from alfrl.sft import nll_loss
-from alfrl.trajectory import Trajectory
+from alfrl.agent.models import load_policy
+from alfrl.agent.protocol import ChatFormat
+from alfrl.base.paths import REPO_ROOT
+from alfrl.imitation.dagger import dagger_examples, expert_labels
+from alfrl.imitation.sft import nll_loss
+from alfrl.rl.prefix import can_share
+from alfrl.rl.trajectory import Trajectory
+from alfrl.world.games import load_games
 
 EPISODES = REPO_ROOT / "data" / "results" / "cpu_T0.6_keepwin_trajectories.jsonl.xz"
 

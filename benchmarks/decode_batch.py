@@ -1,5 +1,5 @@
 """What one decode step costs on this machine, by batch rows and history length, for the trained model
-(float32 with its LoRA adapter) and for a merged sampling copy (``alfrl.models.sampling_copy``).
+(float32 with its LoRA adapter) and for a merged sampling copy (``alfrl.agent.models.sampling_copy``).
 
 Every row reads the same ``--context`` tokens once (the shared first prompt is read once and copied),
 then all rows decode ``--steps`` tokens together.
@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from alfrl.models import WARM_START, load_policy, sampling_copy
-from alfrl.sampler import SampleConfig, new_group_session
+from alfrl.agent.models import WARM_START, load_policy, sampling_copy
+from alfrl.agent.sampler import SampleConfig, new_group_session
 
 
 def main() -> None:

@@ -8,16 +8,16 @@ No model weights are needed: every model is built from a config with random weig
 Qwen3-4B's real shape for the scale checks), so the checks run where only this repository and its packages
 are. Each check reports its numbers and ``ok``; the JSON report is rewritten after every check:
 
-1. ``attention``: the sampler's grouped-query attention (:func:`alfrl.attention.gqa_sdpa`) against an
+1. ``attention``: the sampler's grouped-query attention (:func:`alfrl.agent.attention.gqa_sdpa`) against an
    eager float32 reference, Qwen3-4B's heads (32 query, 8 key/value, dim 128), a mask with holes, for
    1 and 300 query tokens against 12,288 cached columns (2,048 in a dry run), float32 and bfloat16;
 2. ``batched_greedy``: greedy replies of 4 branches decoded in one batch (with holes in the cache)
-   equal the replies each branch gets alone (:class:`alfrl.sampler.GroupSession`), tiny Qwen3, float32;
-3. ``ppo_gradients``: one :func:`alfrl.ppo.ppo_step` with a bfloat16 base and a float32 LoRA adapter on all
+   equal the replies each branch gets alone (:class:`alfrl.agent.sampler.GroupSession`), tiny Qwen3, float32;
+3. ``ppo_gradients``: one :func:`alfrl.rl.ppo.ppo_step` with a bfloat16 base and a float32 LoRA adapter on all
    seven projections: its LoRA gradients with gradient checkpointing on and off (cosine > 0.9999) and
    against a float32 copy of the same weights (cosine > 0.99); with truncated importance sampling at cap 2
    acting on half the tokens, the loss equals the one computed by hand;
-4. ``train_resume``: ``alfrl.train`` for 2 updates with a tiny random Qwen3 model folder and the bundled
+4. ``train_resume``: ``alfrl.training.train`` for 2 updates with a tiny random Qwen3 model folder and the bundled
    tokenizer, and the same run stopped after update 1 and resumed: the same log;
 5. ``update_4b`` and ``rollout_4b`` (:mod:`device_check_scale`): the reference preset's update on a random
    Qwen3-4B with rank-32 LoRA over 12K- and 6K-token trajectories, and an 8-branch rollout grown to about
@@ -36,44 +36,15 @@ import time
 from pathlib import Path
 
 import torch
+from device_check_scale import REFERENCE, SMALL, check_rollout, check_train_resume, check_update
+from device_shapes import SEVEN, TINY_QWEN3, peak_gb, qwen3, reset_peak
 
-QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
-"""Qwen/Qwen3-4B's config.json, the fields that size it."""
-TINY_QWEN3 = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=True)
 TOLERANCE = {"float32": 1e-4, "bfloat16": 3e-2}
 """Largest |difference| of attention outputs (values of order 0.1) allowed against the float32 reference."""
 
 
-def peak_gb(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-
-
-def reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def qwen3(shape: dict, device: torch.device, dtype: torch.dtype, seed: int = 0):
-    """A Qwen3 causal LM of ``shape`` with random weights, built on ``device`` in ``dtype``."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-    torch.manual_seed(seed)
-    config = Qwen3Config(**shape, attn_implementation="sdpa")
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = Qwen3ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(default)
-    return model.eval()
-
-
 def check_attention(device: torch.device, columns: int) -> dict:
-    from alfrl.attention import gqa_sdpa
+    from alfrl.agent.attention import gqa_sdpa
 
     module = type("Attention", (), {"num_key_value_groups": 4, "is_causal": True, "training": False})()
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -99,7 +70,7 @@ def check_attention(device: torch.device, columns: int) -> dict:
 
 
 def check_batched_greedy(device: torch.device) -> dict:
-    from alfrl.sampler import GroupSession, SampleConfig
+    from alfrl.agent.sampler import GroupSession, SampleConfig
 
     model = qwen3(TINY_QWEN3, device, torch.float32)
     g = torch.Generator().manual_seed(1)
@@ -121,7 +92,6 @@ def _tiny_lora(device: torch.device, dtype: torch.dtype):
     gradient reaches A too). The same random weights for every dtype."""
     from peft import LoraConfig, get_peft_model
 
-    from device_check_scale import SEVEN
 
     model = get_peft_model(qwen3(TINY_QWEN3, device, dtype), LoraConfig(r=4, lora_alpha=8, target_modules=SEVEN,
                                                                        task_type="CAUSAL_LM"))
@@ -142,10 +112,10 @@ SAMPLER_SHIFT = (-1.0, 0.3)
 def _gradients(model, config, device: torch.device) -> tuple[dict, dict, dict]:
     """One ppo_step on two 300-token trajectories (advantages +1 and -0.5): (metrics, LoRA gradients, the
     trainer's logprobs of the sampled tokens)."""
-    from alfrl.models import Policy
-    from alfrl.logprobs import sequence_logprobs
-    from alfrl.ppo import make_optimizer, ppo_step
-    from alfrl.trajectory import Trajectory
+    from alfrl.agent.models import Policy
+    from alfrl.rl.logprobs import sequence_logprobs
+    from alfrl.rl.ppo import make_optimizer, ppo_step
+    from alfrl.rl.trajectory import Trajectory
 
     trajectories, trainer = [], {}
     for i, (advantage, shift) in enumerate(zip((1.0, -0.5), SAMPLER_SHIFT)):
@@ -177,7 +147,7 @@ def _agreement(a: dict, b: dict) -> dict:
 def check_ppo_gradients(device: torch.device) -> dict:
     """The update's gradients: with gradient checkpointing on and off (bfloat16 base), against a float32 copy of
     the same weights, and with truncated importance sampling at cap 2 acting (the loss by hand)."""
-    from alfrl.ppo import PPOConfig
+    from alfrl.rl.ppo import PPOConfig
 
     runs = {}
     for name, dtype, checkpointing, cap in (("bf16", torch.bfloat16, False, 0.0),
@@ -202,15 +172,14 @@ def check_ppo_gradients(device: torch.device) -> dict:
 
 def checks_for(device: torch.device, dry_run: bool) -> dict:
     """Every check, by name, at its size: the reference run's on a GPU, small ones in a dry run."""
-    from device_check_scale import REFERENCE, SMALL, check_rollout, check_train_resume, check_update
 
     scale = SMALL if dry_run else REFERENCE
     return {"attention": lambda: check_attention(device, 2048 if dry_run else 12288),
             "batched_greedy": lambda: check_batched_greedy(device),
             "ppo_gradients": lambda: check_ppo_gradients(device),
             "train_resume": lambda: check_train_resume(device),
-            "update_4b": lambda: check_update(device, scale, peak_gb, reset_peak),
-            "rollout_4b": lambda: check_rollout(device, scale, peak_gb, reset_peak)}
+            "update_4b": lambda: check_update(device, scale),
+            "rollout_4b": lambda: check_rollout(device, scale)}
 
 
 def main() -> None:

@@ -6,9 +6,9 @@
   a finite loss, a gradient, LoRA weights that move. The reference run's main out-of-memory risk.
 - ``rollout_4b``: 8 branches of that model decoded through the course's sampler over turns of uneven length
   (tool results of different sizes, branches that finish early), grown to about 11,500 cached columns, once
-  with the PEFT adapter and once with the adapter merged (``alfrl.models.sampling_copy``): seconds, sampled
+  with the PEFT adapter and once with the adapter merged (``alfrl.agent.models.sampling_copy``): seconds, sampled
   tokens/s, peak memory.
-- ``train_resume``: ``alfrl.train`` for 2 updates with a tiny random Qwen3 saved as a model folder (with the
+- ``train_resume``: ``alfrl.training.train`` for 2 updates with a tiny random Qwen3 saved as a model folder (with the
   bundled tokenizer, built offline), stopped after update 1 and resumed: the resumed run logs what an
   uninterrupted one logs.
 
@@ -22,11 +22,7 @@ import time
 from dataclasses import dataclass
 
 import torch
-
-from alfrl.models import LoraSpec
-
-SEVEN = list(LoraSpec().target_modules)
-"""Every projection of a Qwen3 layer: the course's LoRA targets (alfrl.models.LoraSpec)."""
+from device_shapes import QWEN3_4B, SEVEN, TINY_QWEN3, peak_gb, qwen3, reset_peak
 
 
 @dataclass(frozen=True)
@@ -46,7 +42,6 @@ def lora_model(shape: dict, device: torch.device, rank: int = 32):
     moved off zero so that the adapter changes the outputs (a trained adapter does)."""
     from peft import LoraConfig, get_peft_model
 
-    from device_check import qwen3
 
     model = get_peft_model(qwen3(shape, device, torch.bfloat16),
                            LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=SEVEN, task_type="CAUSAL_LM"))
@@ -63,7 +58,7 @@ def lora_model(shape: dict, device: torch.device, rank: int = 32):
 def _trajectory(length: int, vocab: int, seed: int, advantage: float):
     """A trajectory of ``length`` tokens: a prompt (a tenth), then turns of a twelfth of it each, whose last 15%
     are the sampled reply (about 150 tokens a turn at 12,000)."""
-    from alfrl.trajectory import Trajectory
+    from alfrl.rl.trajectory import Trajectory
 
     tokens = torch.randint(1, vocab, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
     turn = length // 12
@@ -74,12 +69,12 @@ def _trajectory(length: int, vocab: int, seed: int, advantage: float):
                       env_seconds=0.0, advantage=advantage)
 
 
-def check_update(device: torch.device, scale: Scale, peak_gb, reset_peak) -> dict:
+def check_update(device: torch.device, scale: Scale) -> dict:
     """One step of the reference preset's PPO update on the big model's long trajectories."""
-    from alfrl.models import Policy
-    from alfrl.logprobs import sequence_logprobs
-    from alfrl.ppo import make_optimizer, ppo_step
-    from alfrl.train_config import preset
+    from alfrl.agent.models import Policy
+    from alfrl.rl.logprobs import sequence_logprobs
+    from alfrl.rl.ppo import make_optimizer, ppo_step
+    from alfrl.training.train_config import preset
 
     tick = time.perf_counter()
     model = lora_model(scale.shape, device)
@@ -113,7 +108,7 @@ def check_update(device: torch.device, scale: Scale, peak_gb, reset_peak) -> dic
 def _grow(session, scale: Scale, vocab: int, device: torch.device) -> dict:
     """Decode the session's branches turn after turn, with uneven tool results, until the longest prompt reaches
     ``scale.rollout_columns``; one branch finishes after each turn from the third on."""
-    from alfrl.sampler import SampleConfig
+    from alfrl.agent.sampler import SampleConfig
 
     g = torch.Generator().manual_seed(6)
     prompts = {b: torch.randint(1, vocab, (scale.rollout_prompt,), generator=g).tolist()
@@ -140,10 +135,10 @@ def _grow(session, scale: Scale, vocab: int, device: torch.device) -> dict:
             "seconds": seconds, "sampled_tokens_per_s": sampled / seconds}
 
 
-def check_rollout(device: torch.device, scale: Scale, peak_gb, reset_peak) -> dict:
+def check_rollout(device: torch.device, scale: Scale) -> dict:
     """8 branches grown to the reference budget's columns, with the adapter in PEFT form and merged."""
-    from alfrl.models import Policy, sampling_copy
-    from alfrl.sampler import GroupSession
+    from alfrl.agent.models import Policy, sampling_copy
+    from alfrl.agent.sampler import GroupSession
 
     vocab = scale.shape["vocab_size"]
     policy = Policy(model=lora_model(scale.shape, device), tokenizer=None, name="random Qwen3")
@@ -162,9 +157,8 @@ def check_rollout(device: torch.device, scale: Scale, peak_gb, reset_peak) -> di
 
 def tiny_model_folder(folder: str) -> str:
     """A tiny random Qwen3 with the bundled model's tokenizer (offline), saved as a model folder."""
-    from alfrl.models import load_tokenizer
+    from alfrl.agent.models import load_tokenizer
 
-    from device_check import TINY_QWEN3, qwen3
 
     tokenizer = load_tokenizer("bundled")
     model = qwen3({**TINY_QWEN3, "vocab_size": len(tokenizer)}, torch.device("cpu"), torch.float32)
@@ -178,9 +172,9 @@ COMPARED = ("success", "trajectories", "trajectories_trained", "tokens_trained",
 
 
 def check_train_resume(device: torch.device) -> dict:
-    """alfrl.train for 2 updates straight, and stopped after 1 then resumed: the same log."""
-    import alfrl.train
-    from alfrl.checkpoint import latest_checkpoint
+    """alfrl.training.train for 2 updates straight, and stopped after 1 then resumed: the same log."""
+    import alfrl.training.train
+    from alfrl.base.checkpoint import latest_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = tiny_model_folder(f"{tmp}/model")
@@ -190,10 +184,10 @@ def check_train_resume(device: torch.device) -> dict:
                         eval_every=0, log="none", workers=0, lora_rank=4, lora_alpha=8, seed=0, threads=None,
                         temperature=1.0)
         tick = time.perf_counter()
-        straight = alfrl.train.train(alfrl.train.preset("cpu", run_dir=f"{tmp}/straight", **settings), progress=False)
-        alfrl.train.train(alfrl.train.preset("cpu", run_dir=f"{tmp}/stopped", **{**settings, "updates": 1}),
+        straight = alfrl.training.train.train(alfrl.training.train.preset("cpu", run_dir=f"{tmp}/straight", **settings), progress=False)
+        alfrl.training.train.train(alfrl.training.train.preset("cpu", run_dir=f"{tmp}/stopped", **{**settings, "updates": 1}),
                           progress=False)
-        resumed = alfrl.train.train(resume=f"{tmp}/stopped", updates=2, progress=False)
+        resumed = alfrl.training.train.train(resume=f"{tmp}/stopped", updates=2, progress=False)
         seconds = time.perf_counter() - tick
         last = latest_checkpoint(f"{tmp}/stopped")
         same = [{k: m.get(k) for k in COMPARED} for m in straight] == [{k: m.get(k) for k in COMPARED} for m in resumed]
@@ -209,12 +203,7 @@ def check_train_resume(device: torch.device) -> dict:
                                              and last.name.endswith("2") and same and close)}
 
 
-def _reference_shape() -> dict:
-    from device_check import QWEN3_4B
-    return QWEN3_4B
-
-
-REFERENCE = Scale(shape=_reference_shape(), update_lengths=(12000, 6000), rollout_rows=8, rollout_prompt=1500,
+REFERENCE = Scale(shape=QWEN3_4B, update_lengths=(12000, 6000), rollout_rows=8, rollout_prompt=1500,
                   rollout_columns=11500, reply_tokens=256)
 """The reference run's sizes: Qwen3-4B, a 12K-token episode (its budget) and a half-length one."""
 SMALL = Scale(shape=dict(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,

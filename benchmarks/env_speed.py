@@ -1,4 +1,4 @@
-"""Environment speed: ALFWorld's standard setup vs ``alfrl.env.GroupEnv``, on the same games.
+"""Environment speed: ALFWorld's standard setup vs ``alfrl.world.env.GroupEnv``, on the same games.
 
 Standard setup = what ``AlfredTWEnv`` does: ``textworld.gym.register_games`` with a
 batch of K copies of the game, ``AlfredDemangler`` + ``AlfredInfos`` wrappers,
@@ -24,8 +24,8 @@ import time
 import psutil
 
 from alfrl import TASK_TYPES
-from alfrl.env import GroupEnv
-from alfrl.games import load_games
+from alfrl.world.env import GroupEnv
+from alfrl.world.games import load_games
 
 
 class PeakRSS:

@@ -25,17 +25,17 @@ from dataclasses import replace
 
 import torch
 
-import alfrl.attention
-from alfrl.models import WARM_START
-from alfrl.ppo import make_optimizer, ppo_update, summarize_steps
-from alfrl.train import load_for_training, play_update, preset, training_games
+import alfrl.agent.attention
+from alfrl.agent.models import WARM_START
+from alfrl.rl.ppo import make_optimizer, ppo_update, summarize_steps
+from alfrl.training.train import load_for_training, play_update, preset, training_games
 
 BEFORE = dict(games_per_update=2, k=4, groups_per_batch=2, max_steps=10, max_new_tokens=48,
               max_trajectory_tokens=4000, bf16=False, gradient_checkpointing=True, old_logprobs="sampler",
               minibatches=1, dynamic_sampling=False, temperature=1.0, sample_dtype=None, prefill_dtype=None,
               draft_tokens=0, share_prefix=False, workers=2)
 """The cpu preset before this benchmark existed (the settings of data/results/cpu_seed*_metrics.jsonl: games
-stepped by 2 worker processes), with the sampler's plain sdpa attention (alfrl.attention.ENABLED = False)."""
+stepped by 2 worker processes), with the sampler's plain sdpa attention (alfrl.agent.attention.ENABLED = False)."""
 PLAIN_ATTENTION = "plain_attention"
 """A --set key of this script only: plain_attention=true runs that variant's rollouts with transformers' sdpa."""
 
@@ -52,7 +52,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def one_update(name: str, config, plain_attention: bool = False) -> dict:
-    alfrl.attention.ENABLED = not plain_attention
+    alfrl.agent.attention.ENABLED = not plain_attention
     policy = load_for_training(config)
     games = training_games(config)
     tick = time.perf_counter()

@@ -19,7 +19,7 @@ import statistics as st
 from pathlib import Path
 
 from alfrl import TASK_TYPES
-from alfrl.games import find_game_files, read_game
+from alfrl.world.games import find_game_files, read_game
 
 
 def game_stats(path: Path) -> tuple[int, int]:

@@ -19,11 +19,11 @@ import time
 
 import torch
 
-from alfrl.engine import make_fast_engine
-from alfrl.games import load_games
-from alfrl.models import load_policy
-from alfrl.protocol import EXECUTED, COMPLETED, ChatFormat, build_next_prompt, tool_result_message
-from alfrl.sampler import SampleConfig, new_group_session, new_session
+from alfrl.agent.models import load_policy
+from alfrl.agent.protocol import EXECUTED, COMPLETED, ChatFormat, build_next_prompt, tool_result_message
+from alfrl.agent.sampler import SampleConfig, new_group_session, new_session
+from alfrl.world.engine import make_fast_engine
+from alfrl.world.games import load_games
 
 
 def game_turns(game, turns: int) -> list[tuple[str, str, list[str]]]:

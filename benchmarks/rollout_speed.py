@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from alfrl.games import load_games
-from alfrl.models import load_policy, sampling_copy
-from alfrl.rollout import RolloutConfig, branch_seed, rollout_group
-from alfrl.sampler import new_group_session
+from alfrl.agent.models import load_policy, sampling_copy
+from alfrl.agent.sampler import new_group_session
+from alfrl.rl.rollout import RolloutConfig, branch_seed, rollout_group
+from alfrl.world.games import load_games
 
 
 def run(policy, game, config: RolloutConfig) -> dict:
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--lora", default="warmstart", help='an adapter folder, "warmstart", or "none"')
     parser.add_argument("--variants", nargs="+", default=["lora"],
                         help='"lora" (the trained model as it is) and/or a dtype for a merged sampling copy '
-                             '(alfrl.models.sampling_copy), e.g. "float32"; "+bf16-prefill" added to either reads '
+                             '(alfrl.agent.models.sampling_copy), e.g. "float32"; "+bf16-prefill" added to either reads '
                              'prompts and tool results under bfloat16 autocast (RolloutConfig.prefill_dtype)')
     parser.add_argument("--compare", action="store_true", help="also play the group one branch at a time")
     args = parser.parse_args()

@@ -6,7 +6,7 @@ the default) and once with each sequence alone (``--micro-batch-tokens 1``): sec
     python benchmarks/sft_padding.py --threads 1 --precisions bf16
 
 The trajectories are the expert's walkthroughs of the shortest data/expert games (under 2,048 tokens, so
-the default pairs them), rendered by the real rollout code (alfrl.sft.expert_trajectories). Run it on an
+the default pairs them), rendered by the real rollout code (alfrl.imitation.sft.expert_trajectories). Run it on an
 idle machine.
 """
 
@@ -18,11 +18,11 @@ import time
 
 import torch
 
-from alfrl.games import load_games
-from alfrl.models import load_policy
-from alfrl.paths import REPO_ROOT
-from alfrl.ppo import micro_batches
-from alfrl.sft import SFTConfig, expert_trajectories, nll_loss
+from alfrl.agent.models import load_policy
+from alfrl.base.paths import REPO_ROOT
+from alfrl.imitation.sft import SFTConfig, expert_trajectories, nll_loss
+from alfrl.rl.ppo import micro_batches
+from alfrl.world.games import load_games
 
 
 def timed(model, trajectories, micro_batch_tokens: int, bf16: bool) -> tuple[float, float]:

@@ -1,11 +1,11 @@
-"""How many tokens the update runs with and without the shared prefix (alfrl.prefix), on a committed
+"""How many tokens the update runs with and without the shared prefix (alfrl.rl.prefix), on a committed
 run's trajectories: a count, not a timing, so it needs no idle machine and no model.
 
     python benchmarks/shared_prefix_tokens.py                                   # the 12-update cpu run
     python benchmarks/shared_prefix_tokens.py data/results/cpu_T0.7_trajectories.jsonl.xz
 
 Per update it takes the groups the update trained on (``--keep win``, the cpu preset's rule: a win and
-a loss; ``spread``: any reward spread), groups them as ``alfrl.ppo.shared_passes`` does, and counts the
+a loss; ``spread``: any reward spread), groups them as ``alfrl.rl.ppo.shared_passes`` does, and counts the
 tokens each trajectory runs (up to its last sampled token) in full, and with each group's shared
 prefix run once.
 """
@@ -18,9 +18,9 @@ import lzma
 from collections import defaultdict
 from pathlib import Path
 
-from alfrl.ppo import trained_length
-from alfrl.prefix import prefix_groups
-from alfrl.trajectory import Trajectory
+from alfrl.rl.ppo import trained_length
+from alfrl.rl.prefix import prefix_groups
+from alfrl.rl.trajectory import Trajectory
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from alfrl.advantage import assign_advantages
-from alfrl.models import WARM_START
-from alfrl.ppo import make_optimizer, ppo_step
-from alfrl.rollout import rollout_batch
-from alfrl.train import games_for_update, load_for_training, preset, training_games
+from alfrl.agent.models import WARM_START
+from alfrl.rl.advantage import assign_advantages
+from alfrl.rl.ppo import make_optimizer, ppo_step
+from alfrl.rl.rollout import rollout_batch
+from alfrl.training.train import games_for_update, load_for_training, preset, training_games
 
 
 def peak_rss_mb() -> float:

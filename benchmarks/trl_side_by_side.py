@@ -1,4 +1,4 @@
-"""One update with the course's trainer and one with TRL's GRPOTrainer (alfrl.trl_bridge), on the same games and
+"""One update with the course's trainer and one with TRL's GRPOTrainer (alfrl.training.trl_bridge), on the same games and
 seeds: wall time, tokens, peak memory, and where the sampled tokens' logprobs agree.
 
     python benchmarks/trl_side_by_side.py                      # writes data/results/trl_side_by_side.json
@@ -10,12 +10,12 @@ each, 10 turns, temperature 0.6, deterministic settings (no bfloat16 reads, no d
 number and seed on both sides. Both sides play with the course's rollout, so the episodes should be the same,
 token for token; the script checks that and reports it. Then:
 
-- course: ``alfrl.train`` for one update (rollout, advantages, ``ppo_step`` on every group: no dynamic sampling);
+- course: ``alfrl.training.train`` for one update (rollout, advantages, ``ppo_step`` on every group: no dynamic sampling);
 - trl: ``GRPOTrainer`` with the bridge's ``rollout_func`` for one step, then a no-grad pass of TRL's own
   logprob code on its batch at the weights that sampled.
 
 Logprob agreement, on the sampled tokens only: the sampler's (each episode's record) against TRL's recomputation
-and against the course trainer's (:func:`alfrl.ppo.sequence_logprobs`), max and mean absolute difference.
+and against the course trainer's (:func:`alfrl.rl.ppo.sequence_logprobs`), max and mean absolute difference.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ OUT = ROOT / "data/results/trl_side_by_side.json"
 
 
 def config():
-    from alfrl.train_config import preset
+    from alfrl.training.train_config import preset
     return preset("cpu", k=4, updates=1, games_per_update=2, max_steps=10, pool=POOL, device="cpu",
                   dynamic_sampling=False, bf16=False, prefill_dtype=None, draft_tokens=0, sample_dtype=None,
                   threads=int(os.environ.get("ALFRL_THREADS", "2")))
@@ -55,9 +55,9 @@ def gaps(reference: list[list[float]], other: list[list[float]], masks: list[lis
 def course_part(folder: Path) -> dict:
     import torch
 
-    from alfrl.logprobs import sequence_logprobs
-    from alfrl.train import load_for_training, peak_rss_gb, train
-    from alfrl.trajectory import load_trajectories
+    from alfrl.rl.logprobs import sequence_logprobs
+    from alfrl.rl.trajectory import load_trajectories
+    from alfrl.training.train import load_for_training, peak_rss_gb, train
     cfg = config()
     torch.set_num_threads(cfg.threads)
     tick = time.perf_counter()
@@ -79,8 +79,8 @@ def course_part(folder: Path) -> dict:
 def trl_part(folder: Path, rows: int = 1) -> dict:
     import torch
 
-    from alfrl.train import peak_rss_gb, training_games
-    from alfrl.trl_bridge import make_trainer
+    from alfrl.training.train import peak_rss_gb, training_games
+    from alfrl.training.trl_bridge import make_trainer
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg = config()
     torch.set_num_threads(cfg.threads)
@@ -150,7 +150,7 @@ def report(result: dict) -> str:
         f"- Episodes: {result['identical_episodes']} of {result['episodes']} identical token for token "
         f"({result['wins']} won); both sides play with the course's rollout.",
         "",
-        "| | course (`alfrl.train`) | TRL (`GRPOTrainer` + `alfrl.trl_bridge`) |",
+        "| | course (`alfrl.training.train`) | TRL (`GRPOTrainer` + `alfrl.training.trl_bridge`) |",
         "|---|---|---|",
         f"| rollout, s | {c['rollout_seconds']:.0f} | {t['rollout_seconds']:.0f} |",
         f"| update (forward, backward, step), s | {c['update_seconds']:.0f} | {t['update_seconds']:.0f} |",

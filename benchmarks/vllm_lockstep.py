@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
-from alfrl.games import load_games
-from alfrl.models import load_policy, resolve_adapter, resolve_model
-from alfrl.paths import REPO_ROOT
-from alfrl.rollout import RolloutConfig, rollout_batch
-from alfrl.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, _post, lora_rank, missing_reason
+from alfrl.agent.models import load_policy, resolve_adapter, resolve_model
+from alfrl.agent.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, _post, lora_rank, missing_reason
+from alfrl.base.paths import REPO_ROOT
+from alfrl.rl.rollout import RolloutConfig, rollout_batch
+from alfrl.world.games import load_games
 
 ADAPTER = "warmstart_epoch"
 MODES = {True: "per-turn barrier (--vllm-lockstep)", False: "no barrier (default)"}

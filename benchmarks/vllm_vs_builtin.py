@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from alfrl.games import load_games
-from alfrl.models import load_policy, resolve_adapter, resolve_model
-from alfrl.paths import REPO_ROOT
-from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, lora_rank
+from alfrl.agent.models import load_policy, resolve_adapter, resolve_model
+from alfrl.agent.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, lora_rank
+from alfrl.base.paths import REPO_ROOT
+from alfrl.rl.rollout import RolloutConfig, rollout_group
+from alfrl.world.games import load_games
 
 
 def play(policy, games, config: RolloutConfig) -> dict:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from alfrl.checkpoint import read_jsonl
-from alfrl.eval_report import write_comparison
-from alfrl.eval_stats import read_records
+from alfrl.base.checkpoint import read_jsonl
+from alfrl.eval.eval_report import write_comparison
+from alfrl.eval.eval_stats import read_records
 
 
 def main() -> None:

@@ -23,15 +23,15 @@ import json
 from pathlib import Path
 
 from alfrl import TASK_TYPES
-from alfrl.eval_report import SHORT_TASK_NAMES, p_text
-from alfrl.eval_stats import wilson_interval
-from alfrl.practice import paired_gain, read_profile
+from alfrl.eval.eval_report import SHORT_TASK_NAMES, p_text
+from alfrl.eval.eval_stats import wilson_interval
+from alfrl.eval.practice import paired_gain, read_profile
 
 
 def write_games(split: str, data_dir: str | None, limit: int, out: Path, max_expert_steps: int | None,
                 max_receptacles: int | None) -> list[str]:
     """Write the ids of the first ``limit`` games of ``python -m alfrl eval --limit``'s seeded order."""
-    from alfrl.evaluate import EvalConfig, selected_games
+    from alfrl.eval.evaluate import EvalConfig, selected_games
     config = EvalConfig(split=split, data_dir=data_dir, limit=limit, max_expert_steps=max_expert_steps,
                         max_receptacles=max_receptacles)
     ids = [g.game_id for _, g in selected_games(config)]

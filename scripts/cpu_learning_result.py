@@ -22,12 +22,12 @@ import json
 import time
 from pathlib import Path
 
-from alfrl.checkpoint import latest_checkpoint
-from alfrl.cli import parse_overrides
-from alfrl.eval_report import write_comparison
-from alfrl.evaluate import EvalConfig, evaluate
-from alfrl.models import WARM_START
-from alfrl.train import preset, train
+from alfrl.agent.models import WARM_START
+from alfrl.base.checkpoint import latest_checkpoint
+from alfrl.base.cli import parse_overrides
+from alfrl.eval.eval_report import write_comparison
+from alfrl.eval.evaluate import EvalConfig, evaluate
+from alfrl.training.train import preset, train
 
 
 def eval_config(train_config, out: Path, adapter: str, split: str, limit: int | None,

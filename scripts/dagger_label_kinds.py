@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from alfrl.label_kinds import action_kind, kind_counts
+from alfrl.imitation.label_kinds import action_kind, kind_counts
 
 
 def label_kinds(played: Path) -> tuple[Counter, Counter]:

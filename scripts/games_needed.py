@@ -7,7 +7,7 @@
 Two checkpoints evaluated greedily on the same games disagree on a share of them (``--changed``, or
 measured from a committed outcomes file): a game won by one and lost by the other. A gain is the
 gained minus the lost share. For each gain this prints how many games give the exact sign test a
-50% and an 80% chance of p < 0.05 (:func:`alfrl.eval_stats.games_needed`), and what evaluating one
+50% and an 80% chance of p < 0.05 (:func:`alfrl.eval.eval_stats.games_needed`), and what evaluating one
 checkpoint on that many games costs at ``--seconds-per-game``.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import argparse
 
-from alfrl.checkpoint import read_jsonl
-from alfrl.eval_stats import games_needed, paired_outcomes
+from alfrl.base.checkpoint import read_jsonl
+from alfrl.eval.eval_stats import games_needed, paired_outcomes
 
 
 def changed_share(path: str, before: str, after: str) -> tuple[float, dict]:

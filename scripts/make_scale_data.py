@@ -30,10 +30,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from alfrl.gamefile import game_id
-from alfrl.games import load_games
-from alfrl.pack import expand, read_pack, write_pack
-from alfrl.paths import REPO_ROOT
+from alfrl.base.paths import REPO_ROOT
+from alfrl.world.gamefile import game_id
+from alfrl.world.games import load_games
+from alfrl.world.pack import expand, read_pack, write_pack
 
 FILTERS = {"max_expert_steps": 8, "max_receptacles": 20}
 """The rooms the scale preset trains on and the panel plays: those of the cpu presets."""

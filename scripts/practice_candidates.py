@@ -16,7 +16,7 @@ import lzma
 from collections import defaultdict
 from pathlib import Path
 
-from alfrl.paths import REPO_ROOT
+from alfrl.base.paths import REPO_ROOT
 
 
 def mixed_games(paths: list[Path]) -> tuple[list[str], int]:

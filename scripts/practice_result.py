@@ -30,14 +30,14 @@ import json
 import time
 from pathlib import Path
 
-from alfrl.checkpoint import latest_checkpoint, read_jsonl
-from alfrl.eval_stats import paired_outcomes, wilson_interval
-from alfrl.evaluate import EvalConfig, evaluate, selected_records
-from alfrl.models import DEFAULT_WARM_START, EPOCH_WARM_START, SHIPPED, WARM_START
-from alfrl.paths import REPO_ROOT
-from alfrl.practice import ProfileConfig, practice_result, profile, read_pool, read_profile, resolve_pool
-from alfrl.rundir import changed_settings
-from alfrl.train import preset, train
+from alfrl.agent.models import DEFAULT_WARM_START, EPOCH_WARM_START, SHIPPED, WARM_START
+from alfrl.base.checkpoint import latest_checkpoint, read_jsonl
+from alfrl.base.paths import REPO_ROOT
+from alfrl.base.rundir import changed_settings
+from alfrl.eval.eval_stats import paired_outcomes, wilson_interval
+from alfrl.eval.evaluate import EvalConfig, evaluate, selected_records
+from alfrl.eval.practice import ProfileConfig, practice_result, profile, read_pool, read_profile, resolve_pool
+from alfrl.training.train import preset, train
 
 STAGES = ("before", "bare", "train", "after", "heldout", "report", "collect")
 WARM_HELDOUT = {WARM_START: (REPO_ROOT / "data/results/cpu_learning_lr3e-4_outcomes.jsonl", "warm start"),
@@ -158,7 +158,7 @@ def collect(out: Path, seed_dir: Path, seed: str, pool: dict, dest: Path) -> Non
     import lzma
     import shutil
 
-    from alfrl.eval_stats import outcomes
+    from alfrl.eval.eval_stats import outcomes
     dest.mkdir(parents=True, exist_ok=True)
     def complete(profile: Path) -> bool:  # every pool game measured (an interrupted stage is not copied)
         return profile.is_file() and len(read_profile(profile)) == len(pool["practice"]) + len(pool["control"])
@@ -192,8 +192,8 @@ def collect(out: Path, seed_dir: Path, seed: str, pool: dict, dest: Path) -> Non
 
 def visits_markdown(metrics: list[dict], seed: int) -> str:
     """Each practised game's wins out of K at every visit, the batch's, and the run's time, as Markdown."""
-    from alfrl.plots import short_game_name
-    from alfrl.practice import visit_curves
+    from alfrl.eval.practice import visit_curves
+    from alfrl.training.plots import short_game_name
     curves = visit_curves(metrics)
     most = max(len(v) for v in curves.values())
     rows = ["| game | " + " | ".join(f"visit {i}" for i in range(1, most + 1)) + " |",

@@ -5,7 +5,7 @@
 
 Rollouts are most of a CPU run's cost, so comparing algorithms on the *same* episodes is the cheap
 comparison at equal cost: each update of the run (its groups, in the order it played them) becomes
-one update of ``--algo`` (:func:`alfrl.train.learn`, the code ``python -m alfrl train --algo`` runs).
+one update of ``--algo`` (:func:`alfrl.training.train.learn`, the code ``python -m alfrl train --algo`` runs).
 By default it starts from the first warm start with the cpu preset's settings, as the committed cpu runs
 did; ``--from-run RUN_DIR`` takes that run's own settings and starting adapter instead (its config.json),
 and ``--until-step N`` replays only its first N updates. ``--set key=value`` changes one setting. The
@@ -28,7 +28,7 @@ GRPO with the subgoal reward, on the same episodes (``--set`` takes every KEY=VA
 
 With ``--set subgoal_reward=ALPHA`` the subgoals each episode reached are needed: episodes recorded
 before they were counted get them by replaying their actions in the real engine
-(:func:`alfrl.subgoals.replay_progress`, on the games the config trains on).
+(:func:`alfrl.world.subgoals.replay_progress`, on the games the config trains on).
 """
 
 from __future__ import annotations
@@ -43,17 +43,17 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from alfrl.checkpoint import append_jsonl, latest_checkpoint, load_state, save_checkpoint, truncate_jsonl
-from alfrl.cli import parse_overrides
-from alfrl.models import WARM_START, save_adapter
-from alfrl.engine import make_fast_engine
-from alfrl.ppo import make_optimizer
-from alfrl.rundir import changed_settings
-from alfrl.subgoals import replay_progress
-from alfrl.train import (check_config, learn, load_for_training, preset, saved_config, teaches,
-                         training_games)
-from alfrl.train_config import TrainConfig
-from alfrl.trajectory import Trajectory, groups_of
+from alfrl.agent.models import WARM_START, save_adapter
+from alfrl.base.checkpoint import append_jsonl, latest_checkpoint, load_state, save_checkpoint, truncate_jsonl
+from alfrl.base.cli import parse_overrides
+from alfrl.base.rundir import changed_settings
+from alfrl.rl.ppo import make_optimizer
+from alfrl.rl.trajectory import Trajectory, groups_of
+from alfrl.training.train import (check_config, learn, load_for_training, preset, saved_config, teaches,
+                                  training_games)
+from alfrl.training.train_config import TrainConfig
+from alfrl.world.engine import make_fast_engine
+from alfrl.world.subgoals import replay_progress
 
 
 def updates_of(path: str | Path, k: int) -> dict[int, list[list[Trajectory]]]:

@@ -33,10 +33,10 @@ import sys
 import time
 from pathlib import Path
 
-from alfrl.checkpoint import read_jsonl
-from alfrl.eval_stats import outcomes, read_records
-from alfrl.paths import REPO_ROOT
-from alfrl.scale import lost_room
+from alfrl.base.checkpoint import read_jsonl
+from alfrl.base.paths import REPO_ROOT
+from alfrl.eval.eval_stats import outcomes, read_records
+from alfrl.eval.scale import lost_room
 
 PANEL = REPO_ROOT / "data/scale/panel"
 SAMPLED_GAMES = REPO_ROOT / "data/scale/panel_sampled100.txt"

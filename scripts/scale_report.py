@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from alfrl.paths import REPO_ROOT
-from alfrl.scale import (ScaleRun, arm_rows, cost_lines, detour_rows, markdown_table, origin_rows, plot_curve,
-                         summary_rows, task_rows, verdict_lines)
+from alfrl.base.paths import REPO_ROOT
+from alfrl.eval.scale import (ScaleRun, arm_rows, cost_lines, detour_rows, markdown_table, origin_rows, plot_curve,
+                              summary_rows, task_rows, verdict_lines)
 
 
 def figure(run: ScaleRun, path: Path) -> None:
@@ -43,14 +43,14 @@ def report(run: ScaleRun, figure_name: str = "scale.png") -> str:
     return f"""# The scale run on its pre-registered panel
 
 Made by `python scripts/scale_report.py` from `data/scale/panel/` and `data/scale/ARM/metrics.jsonl` (the code:
-`alfrl/scale.py`); the plan, the tests and their sidedness are in `data/scale/PREREGISTRATION.md`. Panel: 325
+`alfrl/eval/scale.py`); the plan, the tests and their sidedness are in `data/scale/PREREGISTRATION.md`. Panel: 325
 generated held-out rooms, greedy (temperature 0.01), 10 turns; official: ALFWorld's 27 small valid_seen rooms, the
 same way; sampled: 100 panel rooms x 4 episodes at temperature 0.6, sampling seed 1. "vs start": points gained,
 rooms gained/lost and the exact two-sided sign test (greedy), or the exact two-sided sign-flip test over rooms of
 each room's change in its share won (sampled). Intervals: Wilson 95%. Every p is unadjusted; only the continued
 arm at update 80 on the greedy panel is the primary test.
 
-The pre-registered tests, read off the panel by `alfrl.scale.verdict_lines`:
+The pre-registered tests, read off the panel by `alfrl.eval.scale.verdict_lines`:
 
 {verdicts}
 
@@ -70,7 +70,7 @@ rooms were played when the warm starts were compared; the new ones never before 
 {markdown_table(origin_rows(run))}
 
 Where each checkpoint first went with the object it took, on the pick-and-place rooms (read from the committed
-actions by `alfrl.failures.first_stop`; descriptive, a look the pre-registration did not plan). A sinkbasin that is not
+actions by `alfrl.eval.failures.first_stop`; descriptive, a look the pre-registration did not plan). A sinkbasin that is not
 the goal is where the clean task goes next; a pick-and-place room never needs one:
 
 {detours}

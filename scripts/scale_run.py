@@ -27,10 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from alfrl.checkpoint import latest_checkpoint
-from alfrl.models import cast_adapter
-from alfrl.paths import REPO_ROOT
-from alfrl.train_config import preset
+from alfrl.agent.models import cast_adapter
+from alfrl.base.checkpoint import latest_checkpoint
+from alfrl.base.paths import REPO_ROOT
+from alfrl.training.train_config import preset
 
 ARMS = ("grpo", "gigpo")
 MILESTONES = (10, 20, 40, 80)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from alfrl.checkpoint import read_jsonl
+from alfrl.base.checkpoint import read_jsonl
 
 
 def row(path: Path) -> str:

@@ -4,7 +4,7 @@
     python scripts/subgoal_spread.py data/results/cpu_12updates_seed0_trajectories.jsonl.xz
 
 Replays every trajectory's actions in the real engine (with the engine's facts), counts the subgoals
-of its game reached (:mod:`alfrl.subgoals`), and groups the trajectories as they were played: K
+of its game reached (:mod:`alfrl.world.subgoals`), and groups the trajectories as they were played: K
 consecutive branches of one game. Games are looked up in ``--data-dir`` (default: the generated games
 the cpu preset trains on). Prints one table; ``--out FILE`` also writes it.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from alfrl.engine import make_fast_engine
-from alfrl.paths import games_dir
-from alfrl.rollout import load_trajectories
-from alfrl.subgoals import replay_progress
-from alfrl.trajectory import groups_of
+from alfrl.base.paths import games_dir
+from alfrl.rl.rollout import load_trajectories
+from alfrl.rl.trajectory import groups_of
+from alfrl.world.engine import make_fast_engine
+from alfrl.world.subgoals import replay_progress
 
 
 def main() -> None:

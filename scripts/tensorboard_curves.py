@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from alfrl.tracking import read_tensorboard  # noqa: E402
+from alfrl.base.tracking import read_tensorboard  # noqa: E402
 
 PANELS = [("success", "win rate at the rollout temperature", "share of episodes"),
           ("eval_success", "held-out success (greedy)", "share of games"),

@@ -20,9 +20,9 @@ fi
 WORKERS="${ALFRL_TEST_WORKERS:-2}"
 say "preparing shared test data: the expanded games and the bundled model"
 .venv/bin/python -c "
-from alfrl.bundled import bundled_model_dir
-from alfrl.pack import ensure_games, expand_folder
-from alfrl.paths import REPO_ROOT
+from alfrl.agent.bundled import bundled_model_dir
+from alfrl.world.pack import ensure_games, expand_folder
+from alfrl.base.paths import REPO_ROOT
 ensure_games(); expand_folder(REPO_ROOT / 'data' / 'heldout'); bundled_model_dir()"
 DIST=()
 [[ "$WORKERS" != 0 ]] && DIST=(--dist worksteal)  # an idle worker takes tests queued for the busy one

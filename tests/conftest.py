@@ -14,10 +14,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2 (scripts/test.sh): one 
     os.environ["MKL_NUM_THREADS"] = "1"   # threads each on 2 cores thrash instead of sharing
 
 from alfrl import TASK_TYPES
-from alfrl.expert import make_engine
-from alfrl.generate import GenerateConfig, generate
-from alfrl.games import GameSpec, load_games
-from alfrl.rooms import SizeConfig
+from alfrl.world.expert import make_engine
+from alfrl.world.games import GameSpec, load_games
+from alfrl.world.generate import GenerateConfig, generate
+from alfrl.world.rooms import SizeConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REAL_DATA = Path(os.environ.get("ALFRL_REAL_DATA", REPO_ROOT.parent / "shared" / "alfworld-real" / "json_2.1.1"))
@@ -67,7 +67,7 @@ def policy():
     so it samples exactly like the base model. Shared by the session: tests that train deep-copy it."""
     import torch
 
-    from alfrl.models import LoraSpec, load_policy
+    from alfrl.agent.models import LoraSpec, load_policy
     torch.manual_seed(0)
     return load_policy(lora=LoraSpec(rank=4, alpha=8))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from types import ModuleType
 
-from alfrl.paths import REPO_ROOT
+from alfrl.base.paths import REPO_ROOT
 
 
 def load_script(name: str) -> ModuleType:

@@ -1,4 +1,4 @@
-"""alfrl.advantage: rewards, group-relative advantages, per-token advantages and batch statistics,
+"""alfrl.rl.advantage: rewards, group-relative advantages, per-token advantages and batch statistics,
 against hand-computed values."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from alfrl.advantage import (AdvantageConfig, assign_advantages, batch_stats, episode_reward, group_advantages,
-                             is_degenerate, token_advantages)
-from alfrl.rollout import Trajectory, Turn
+from alfrl.rl.advantage import (AdvantageConfig, assign_advantages, batch_stats, episode_reward, group_advantages,
+                                is_degenerate, token_advantages)
+from alfrl.rl.rollout import Trajectory, Turn
 
 
 def traj(won: bool, invalid: int, mask=(0, 0, 1, 1, 0, 1), steps: int = 5, end: str | None = None,
@@ -105,7 +105,7 @@ def test_subgoal_shaped_reward_by_hand():
     """won + alpha x subgoals - 0.1 x invalid: a group with no win still ranks its branches by progress."""
     from dataclasses import replace
 
-    from alfrl.advantage import progress_spread
+    from alfrl.rl.advantage import progress_spread
     lost = [replace(traj(False, 1), subgoals=n, subgoals_total=3) for n in (0, 2, 1, 0)]
     assert [episode_reward(t) for t in lost] == pytest.approx([-0.1] * 4)  # the reference reward ignores them
     assert [episode_reward(t, subgoal_reward=0.2) for t in lost] == pytest.approx([-0.1, 0.3, 0.1, -0.1])

@@ -1,4 +1,4 @@
-"""alfrl.dpo and alfrl.rft: preference pairs by hand, the DPO update's gradient against autograd of the
+"""alfrl.imitation.dpo and alfrl.imitation.rft: preference pairs by hand, the DPO update's gradient against autograd of the
 DPO loss on the real model, RFT's step against the NLL by hand, and both algorithms in real training runs."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from alfrl.dpo import FrozenAdapter, Pair, dpo_loss, dpo_update, dpo_weights, preference_pairs
-from alfrl.logprobs import sequence_logprobs
-from alfrl.ppo import PPOConfig
-from alfrl.rft import rft_step, winners
-from alfrl.train import REFERENCE_FILE, TrainConfig, check_config, learn, train
-from alfrl.trajectory import Trajectory
+from alfrl.imitation.dpo import FrozenAdapter, Pair, dpo_loss, dpo_update, dpo_weights, preference_pairs
+from alfrl.imitation.rft import rft_step, winners
+from alfrl.rl.logprobs import sequence_logprobs
+from alfrl.rl.ppo import PPOConfig
+from alfrl.rl.trajectory import Trajectory
+from alfrl.training.train import REFERENCE_FILE, TrainConfig, check_config, learn, train
 
 from script_loader import load_script
 from test_advantage import traj
@@ -143,7 +143,7 @@ def test_dpo_trains_and_resumes_from_its_reference(tmp_path, tiny_games, expert_
     steps, a pair with margin 0.05), interrupted after update 1: DPO starts at loss log 2 (policy =
     reference) and saves the starting adapter; the resumed update 2 reads that reference back (not the
     checkpoint it resumes from), so its loss is no longer log 2 and its reference is the run's start."""
-    from alfrl.train import load_for_training
+    from alfrl.training.train import load_for_training
 
     config = tiny(tmp_path, tiny_games, algo="dpo", pair_margin=0.05)
 
@@ -180,7 +180,7 @@ def test_learn_dispatches_on_the_algorithm(policy, tmp_path):
 
 
 def test_notebook_07_by_hand_equals_the_package():
-    """Notebook 07's pairs and DPO loss, written out for the learner, are alfrl.dpo's."""
+    """Notebook 07's pairs and DPO loss, written out for the learner, are alfrl.imitation.dpo's."""
     from test_notebooks import notebook_definitions
 
     pairs_by_hand = notebook_definitions("07_beyond_grpo.ipynb", "pairs_by_hand")["pairs_by_hand"]
@@ -203,8 +203,8 @@ def replay_script():
 def test_replay_counts_the_subgoals_of_episodes_recorded_without_them():
     """scripts/replay_training.py with --set subgoal_reward=...: episodes from before subgoals were counted get
     them by replaying their actions on the config's games; a win reached every subgoal; counted ones stay."""
-    from alfrl.paths import REPO_ROOT
-    from alfrl.train import preset, training_games
+    from alfrl.base.paths import REPO_ROOT
+    from alfrl.training.train import preset, training_games
 
     script = replay_script()
     updates = script.updates_of(REPO_ROOT / "data/results/cpu_12updates_seed0_trajectories.jsonl.xz", 8)
@@ -226,9 +226,9 @@ def test_a_replay_takes_the_cpu_presets_settings_or_a_runs_own(tmp_path):
     """Without --from-run a replay starts from the first warm start with the cpu preset's settings, as the
     committed cpu runs did; with it, from the run's own config.json (the scale run: the default warm start, its
     rooms). --set and the replay's own algo, folder and K go on top either way."""
-    from alfrl.models import WARM_START
-    from alfrl.paths import REPO_ROOT
-    from alfrl.train import preset, saved_config
+    from alfrl.agent.models import WARM_START
+    from alfrl.base.paths import REPO_ROOT
+    from alfrl.training.train import preset, saved_config
 
     script = replay_script()
     out = tmp_path / "replay"
@@ -246,8 +246,8 @@ def test_the_scale_runs_first_ten_updates_are_kept_whole_for_replay():
     run's own settings are exactly the episodes it trained on."""
     import json
 
-    from alfrl.paths import REPO_ROOT
-    from alfrl.train import saved_config, teaches
+    from alfrl.base.paths import REPO_ROOT
+    from alfrl.training.train import saved_config, teaches
 
     run = REPO_ROOT / "data/scale/grpo"
     updates = replay_script().updates_of(run / "trajectories_u01-10.jsonl.xz", 8)
@@ -271,7 +271,7 @@ def test_a_stopped_replay_resumes_to_the_same_adapter_and_metrics(tmp_path, monk
 
     from safetensors.torch import load_file
 
-    from alfrl.paths import REPO_ROOT
+    from alfrl.base.paths import REPO_ROOT
 
     rows = {}
     with lzma.open(REPO_ROOT / "data/results/cpu_12updates_seed0_trajectories.jsonl.xz", "rt") as f:

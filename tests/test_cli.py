@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl.cli import add_dataclass_args, build_dataclass
-from alfrl.games import HOW_TO_GET_GAMES, load_games
-from alfrl.generate import GenerateConfig
-from alfrl.pack import read_pack
-from alfrl.rooms import SizeConfig
+from alfrl.base.cli import add_dataclass_args, build_dataclass
+from alfrl.world.games import HOW_TO_GET_GAMES, load_games
+from alfrl.world.generate import GenerateConfig
+from alfrl.world.pack import read_pack
+from alfrl.world.rooms import SizeConfig
 
 from conftest import REPO_ROOT
 
@@ -132,7 +132,7 @@ def test_demo_agent_takes_a_run_directory(tmp_path):
     import shutil
 
     from alfrl.__main__ import agent_adapter
-    from alfrl.paths import WARM_START_DIR
+    from alfrl.base.paths import WARM_START_DIR
     run = tmp_path / "run"
     for step in (1, 2):
         shutil.copytree(WARM_START_DIR, run / "checkpoints" / f"step_{step:05d}" / "adapter")
@@ -144,7 +144,7 @@ def test_demo_agent_takes_a_run_directory(tmp_path):
     assert agent_adapter(str(newest), None)[:2] == (newest / "adapter", "bundled")
     assert agent_adapter(str(newest / "adapter"), None)[:2] == (newest / "adapter", "bundled")
     # the shipped adapters, by name
-    from alfrl.paths import GRPO_DIR
+    from alfrl.base.paths import GRPO_DIR
     assert agent_adapter("warmstart", None)[:2] == ("warmstart", "bundled")
     name, model, what = agent_adapter("warmstart_expert", None)
     assert (name, model) == ("warmstart_expert", "bundled") and "data/warmstart_expert" in what

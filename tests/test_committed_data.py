@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl.expert import replay
-from alfrl.games import by_task, load_games
-from alfrl.generate import SPLIT_TASK_COUNTS
-from alfrl.pack import expand, read_pack
-from alfrl.paths import PACK_DIR
-from alfrl.rooms import SPLIT_SCENES, TRAIN_SCENES, UNSEEN_SCENES
+from alfrl.base.paths import PACK_DIR
+from alfrl.world.expert import replay
+from alfrl.world.games import by_task, load_games
+from alfrl.world.generate import SPLIT_TASK_COUNTS
+from alfrl.world.pack import expand, read_pack
+from alfrl.world.rooms import SPLIT_SCENES, TRAIN_SCENES, UNSEEN_SCENES
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 EVAL_SPLITS = ("valid_seen", "valid_unseen")

@@ -1,4 +1,4 @@
-"""alfrl.context and the action-list protocols: a 50-step game of the largest official room fits the default
+"""alfrl.rl.context and the action-list protocols: a 50-step game of the largest official room fits the default
 context; a recorded episode renders exactly as the real engine plays it; budgets never pass the model's window;
 an adapter carries the protocol it was trained in."""
 
@@ -11,12 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from alfrl.context import fit_context, load_episodes, record_episode, render, turn_ends
-from alfrl.env import GroupEnv
-from alfrl import context
-from alfrl.protocol import DEFAULT_ACTIONS, ChatFormat
-from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.scripted import ScriptedSession, tool_call
+from alfrl.agent import models
+from alfrl.agent.models import fit_context
+from alfrl.agent.protocol import DEFAULT_ACTIONS, ChatFormat
+from alfrl.rl.context import load_episodes, record_episode, render, turn_ends
+from alfrl.rl.rollout import RolloutConfig, rollout_group
+from alfrl.rl.scripted import ScriptedSession, tool_call
+from alfrl.world.env import GroupEnv
 
 FIXTURE = Path(__file__).parent / "fixtures/largest_official_50steps.jsonl.xz"
 WINDOW = 8192  # SmolLM2-135M's max_position_embeddings
@@ -24,7 +25,7 @@ WINDOW = 8192  # SmolLM2-135M's max_position_embeddings
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from alfrl.models import load_tokenizer
+    from alfrl.agent.models import load_tokenizer
     return load_tokenizer()
 
 
@@ -78,7 +79,7 @@ def test_a_recorded_episode_renders_as_the_real_engine_plays_it(tiny_games, toke
 
 
 def test_the_trajectory_budget_never_passes_the_models_window(capsys, monkeypatch):
-    monkeypatch.setattr(context, "_SAID", set())  # the note is said once a process: say it here
+    monkeypatch.setattr(models, "_SAID", set())  # the note is said once a process: say it here
     policy = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=WINDOW)))
     config = RolloutConfig(max_trajectory_tokens=12000)
     fitted = fit_context(config, policy)
@@ -89,8 +90,8 @@ def test_the_trajectory_budget_never_passes_the_models_window(capsys, monkeypatc
 
 
 def test_an_adapter_carries_its_protocol(tmp_path, policy):
-    from alfrl.models import LoraSpec, adapter_actions, load_policy, save_adapter
-    from alfrl.paths import REPO_ROOT
+    from alfrl.agent.models import LoraSpec, adapter_actions, load_policy, save_adapter
+    from alfrl.base.paths import REPO_ROOT
     assert adapter_actions(REPO_ROOT / "data/warmstart_epoch") == "every"  # saved before adapters recorded it
     fresh = load_policy(lora=LoraSpec(rank=2, alpha=4))
     assert fresh.actions == DEFAULT_ACTIONS == "every"  # until trained in another protocol
@@ -106,9 +107,9 @@ def test_an_adapter_carries_its_protocol(tmp_path, policy):
 
 
 def test_an_unknown_protocol_fails_before_anything_is_written(tmp_path):
-    from alfrl.evaluate import EvalConfig
-    from alfrl.sft import SFTConfig, train_sft
-    from alfrl.train_config import TrainConfig, check_config
+    from alfrl.eval.evaluate import EvalConfig
+    from alfrl.imitation.sft import SFTConfig, train_sft
+    from alfrl.training.train_config import TrainConfig, check_config
     with pytest.raises(ValueError, match="--actions must be one of every, first, local, auto"):
         EvalConfig(actions="most", out=str(tmp_path / "eval")).check()
     with pytest.raises(ValueError, match="--actions must be one of"):

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from alfrl.dagger import Branch, DaggerConfig, Example, dagger, dagger_examples, expert_finish, expert_labels, reply_spans
-from alfrl.expert import replay, solve
-from alfrl.protocol import ChatFormat
-from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.scripted import ScriptedSession, tool_call
+from alfrl.agent.protocol import ChatFormat
+from alfrl.imitation.dagger import Branch, DaggerConfig, Example, dagger, dagger_examples, expert_finish, expert_labels, reply_spans
+from alfrl.rl.rollout import RolloutConfig, rollout_group
+from alfrl.rl.scripted import ScriptedSession, tool_call
+from alfrl.world.expert import replay, solve
 
 
 def test_labels_on_the_experts_own_states_are_its_walkthrough(tiny_games):
@@ -39,7 +39,7 @@ def test_the_expert_labels_a_detour_and_its_labels_lead_back_to_a_win(tiny_games
 
 
 def game_admissible(game) -> list[str]:
-    from alfrl.engine import make_fast_engine
+    from alfrl.world.engine import make_fast_engine
     engine = make_fast_engine()
     engine.load(str(game.path))
     engine.reset()
@@ -106,8 +106,8 @@ def test_a_tree_trains_as_its_sequences_do(policy, tiny_games):
 
     import torch
 
-    from alfrl.prefix import can_share
-    from alfrl.sft import nll_loss
+    from alfrl.imitation.sft import nll_loss
+    from alfrl.rl.prefix import can_share
 
     fmt = ChatFormat(policy.tokenizer)
     game = next(g for g in tiny_games.games("train") if g.task_type == "pick_and_place_simple")
@@ -139,7 +139,7 @@ def test_weighted_labels_give_the_weighted_mean_of_each_sequences_loss(policy, t
     and the tree run once gives what its weighted sequences give."""
     import torch
 
-    from alfrl.sft import nll_loss
+    from alfrl.imitation.sft import nll_loss
 
     fmt = ChatFormat(policy.tokenizer)
     game = next(g for g in tiny_games.games("train") if g.task_type == "pick_and_place_simple")
@@ -167,7 +167,7 @@ def test_labels_are_weighted_so_each_kind_counts_as_in_the_walkthroughs():
     have the walkthroughs' shares; weigh_branches sets each branch's weight from its turn's label."""
     from collections import Counter
 
-    from alfrl.label_kinds import action_kind, kind_weights, weigh_branches
+    from alfrl.imitation.label_kinds import action_kind, kind_weights, weigh_branches
 
     assert [action_kind(a) for a in ("go to desk 1", "take pen 1 from desk 1", "move pen 1 to shelf 2")] == [
         "go to", "take", "move"]

@@ -9,12 +9,12 @@ from dataclasses import asdict
 
 import pytest
 
-from alfrl.checkpoint import read_jsonl, truncate_jsonl
-from alfrl.evaluate import EvalConfig, evaluate, read_records
-from alfrl.games import load_games
-from alfrl.models import check_adapter, load_policy
-from alfrl.paths import WARM_START_DIR
-from alfrl.train import TrainConfig, train
+from alfrl.agent.models import check_adapter, load_policy
+from alfrl.base.checkpoint import read_jsonl, truncate_jsonl
+from alfrl.base.paths import WARM_START_DIR
+from alfrl.eval.evaluate import EvalConfig, evaluate, read_records
+from alfrl.training.train import TrainConfig, train
+from alfrl.world.games import load_games
 
 LINES = [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.25}]
 TORN = '{"step": 3, "rew'
@@ -88,7 +88,7 @@ def test_eval_resume_repairs_torn_records(tmp_path, tiny_games, monkeypatch):
     record = {"split": "valid_seen", "game_id": game.game_id, "task_type": game.task_type, "won": True,
               "steps": 3, "invalid": 0, "end_reason": "won", "valid_calls": 3, "admissible": 3, "turns": 3}
     write_lines(out / "records.jsonl", [record], TORN)
-    monkeypatch.setattr("alfrl.evaluate.load_policy", lambda *a, **k: pytest.fail("every game is recorded"))
+    monkeypatch.setattr("alfrl.eval.evaluate.load_policy", lambda *a, **k: pytest.fail("every game is recorded"))
     with pytest.warns(UserWarning, match=f"{out / 'records.jsonl'}: skipped its torn last line 2"):
         summary = evaluate(config, progress=False)
     assert summary["all"]["games"] == 1 and summary["all"]["won"] == 1

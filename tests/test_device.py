@@ -16,13 +16,13 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from alfrl.cli import add_dataclass_args, build_dataclass
-from alfrl.models import resolve_device, resolve_dtype
-from alfrl.logprobs import sequence_logprobs
-from alfrl.ppo import PPOConfig, make_optimizer, ppo_step
-from alfrl.protocol import ChatFormat
-from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.sampler import SampleConfig, new_group_session, new_session
+from alfrl.agent.models import resolve_device, resolve_dtype
+from alfrl.agent.protocol import ChatFormat
+from alfrl.agent.sampler import SampleConfig, new_group_session, new_session
+from alfrl.base.cli import add_dataclass_args, build_dataclass
+from alfrl.rl.logprobs import sequence_logprobs
+from alfrl.rl.ppo import PPOConfig, make_optimizer, ppo_step
+from alfrl.rl.rollout import RolloutConfig, rollout_group
 
 TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
 
@@ -81,8 +81,8 @@ def test_explicit_device_and_dtype(monkeypatch):
         resolve_device("cuda")
 
 
-@pytest.mark.parametrize("module, name", [("alfrl.train", "TrainConfig"), ("alfrl.evaluate", "EvalConfig"),
-                                          ("alfrl.sft", "SFTConfig")])
+@pytest.mark.parametrize("module, name", [("alfrl.training.train", "TrainConfig"), ("alfrl.eval.evaluate", "EvalConfig"),
+                                          ("alfrl.imitation.sft", "SFTConfig")])
 def test_every_command_has_device_and_dtype_flags_defaulting_to_auto(module, name):
     import importlib
     cls = getattr(importlib.import_module(module), name)
@@ -173,7 +173,7 @@ def test_a_ppo_step_runs_on_the_model_device(policy, trajectories):
 
 
 def test_an_sft_step_runs_on_the_model_device(policy, tiny_games):
-    from alfrl.sft import SFTConfig, expert_trajectories, nll_loss
+    from alfrl.imitation.sft import SFTConfig, expert_trajectories, nll_loss
     game = min(tiny_games.games("train"), key=lambda g: len(g.walkthrough))
     expert = on_meta(expert_trajectories, policy, [game], SFTConfig(max_steps=2), progress=False)
     again = expert_trajectories(policy, [game], SFTConfig(max_steps=2), progress=False)

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from alfrl.paths import REPO_ROOT
+from alfrl.base.paths import REPO_ROOT
 
 CHECK = [sys.executable, "benchmarks/device_check.py", "--dry-run", "--device", "cpu"]
 

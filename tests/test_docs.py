@@ -12,8 +12,8 @@ import pytest
 from conftest import REPO_ROOT
 
 GUIDE = REPO_ROOT / "docs" / "troubleshooting.md"
-METRIC_WRITERS = ("alfrl/train.py", "alfrl/advantage.py", "alfrl/ppo.py", "alfrl/evaluate.py", "alfrl/eval_stats.py",
-                  "alfrl/train_eval.py")
+METRIC_WRITERS = ("alfrl/training/train.py", "alfrl/rl/advantage.py", "alfrl/rl/ppo.py", "alfrl/eval/evaluate.py", "alfrl/eval/eval_stats.py",
+                  "alfrl/training/train_eval.py")
 """The code that writes metrics.jsonl (train, batch_stats, the PPO step's summary), summary.json (its splits, its rates)
 and eval.jsonl (evaluation during training)."""
 PATH_PREFIXES = ("data/", "docs/", "notebooks/", "benchmarks/", "scripts/", "alfrl/")

@@ -1,4 +1,4 @@
-"""alfrl.engine: FastPddlEnv says exactly what ALFWorld's standard engine says, step by step.
+"""alfrl.world.engine: FastPddlEnv says exactly what ALFWorld's standard engine says, step by step.
 
 Both engines are wrapped alike (``AlfredDemangler`` + ``AlfredInfos``); every observation,
 admissible-command list, ``won`` and ``done`` must be identical, from the intro on.
@@ -14,10 +14,10 @@ from multiprocessing import get_context
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl import engine as fast_engine_module
-from alfrl.engine import make_fast_engine
-from alfrl.expert import make_engine
-from alfrl.games import find_game_files, load_games, read_game
+from alfrl.world import engine as fast_engine_module
+from alfrl.world.engine import make_fast_engine
+from alfrl.world.expert import make_engine
+from alfrl.world.games import find_game_files, load_games, read_game
 
 SPLIT = "valid_seen"
 EXTRA = ("go to nowhere 1", "", "look", "inventory", "help", "  look  ")

@@ -1,4 +1,4 @@
-"""alfrl.env: GroupEnv's K copies start identical, evolve independently, and shut down cleanly.
+"""alfrl.world.env: GroupEnv's K copies start identical, evolve independently, and shut down cleanly.
 
 Every observation is checked against ALFWorld's standard engine fed the same commands.
 ``workers=0`` keeps the copies in this process; ``workers=2`` spreads them over two processes.
@@ -15,8 +15,8 @@ from contextlib import contextmanager
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl.env import NOTHING_HAPPENS, GroupEnv, GroupReset, StepResult
-from alfrl.games import read_game
+from alfrl.world.env import NOTHING_HAPPENS, GroupEnv, GroupReset, StepResult
+from alfrl.world.games import read_game
 
 SPLIT = "valid_seen"
 HEAT = "pick_heat_then_place_in_recep"  # opens and closes things, takes, heats, moves
@@ -423,12 +423,12 @@ def test_a_dead_worker_is_found_even_when_no_action_reaches_it(tiny_games):
 
 ORPHAN_SCRIPT = r"""
 import json, os, sys, time
-import alfrl.engine  # imported once here, not in every worker
-import alfrl.env
+import alfrl.world.engine  # imported once here, not in every worker
+import alfrl.world.env
 game, pdeathsig, bystander = sys.argv[1:]
 if pdeathsig == "off":  # only the portable fallback (pipe EOF, parent pid), as on macOS
-    alfrl.env._die_with_parent = lambda parent_pid: None
-env = alfrl.env.GroupEnv(k=2, workers=2)
+    alfrl.world.env._die_with_parent = lambda parent_pid: None
+env = alfrl.world.env.GroupEnv(k=2, workers=2)
 env.reset(game)
 extra = []
 if bystander == "on":  # another child of the parent, holding a copy of every pipe end: no EOF

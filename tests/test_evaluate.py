@@ -1,4 +1,4 @@
-"""alfrl.evaluate: summary statistics by hand, refusal to overwrite, resume, and real evaluations on
+"""alfrl.eval.evaluate: summary statistics by hand, refusal to overwrite, resume, and real evaluations on
 generated games and (when present) ALFWorld's official valid_seen games."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from alfrl.checkpoint import read_jsonl
-from alfrl.eval_report import markdown_table, p_text, write_comparison
-from alfrl.eval_stats import games_needed, outcomes, sign_test_power
-from alfrl.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
-                            selected_records, summarize, wilson_interval)
-from alfrl.paths import REPO_ROOT
+from alfrl.base.checkpoint import read_jsonl
+from alfrl.base.paths import REPO_ROOT
+from alfrl.eval.eval_report import markdown_table, p_text, write_comparison
+from alfrl.eval.eval_stats import games_needed, outcomes, sign_test_power
+from alfrl.eval.evaluate import (EvalConfig, comparison_table, evaluate, paired_outcomes, read_records, selected_games,
+                                 selected_records, summarize, wilson_interval)
 
 
 def record(split: str, task: str, won: bool, invalid: int, steps: int, valid_calls: int, admissible: int,
@@ -73,7 +73,7 @@ def test_evaluate_refuses_to_overwrite_and_resumes(tmp_path, tiny_games, monkeyp
         evaluate(tiny_eval(out, tiny_games.root, resume=True, max_steps=3), progress=False)
     with pytest.raises(ValueError, match="not both"):
         evaluate(tiny_eval(out, tiny_games.root, resume=True, overwrite=True), progress=False)
-    monkeypatch.setattr("alfrl.evaluate.load_policy", lambda *a, **k: pytest.fail("a finished evaluation loads no model"))
+    monkeypatch.setattr("alfrl.eval.evaluate.load_policy", lambda *a, **k: pytest.fail("a finished evaluation loads no model"))
     smaller = evaluate(tiny_eval(out, tiny_games.root, resume=True, limit=1), progress=False)
     assert smaller["all"]["games"] == 1  # only the selected game is summarised
     monkeypatch.undo()
@@ -91,7 +91,7 @@ def test_selected_records_are_what_the_summary_counts(tmp_path, tiny_games, monk
     smaller = tiny_eval(out, tiny_games.root, limit=2, resume=True)
     chosen = [(s, g.game_id) for s, g in selected_games(smaller)]
     assert chosen == [(s, g.game_id) for s, g in selected_games(larger)][:2]  # a prefix of one seeded order
-    monkeypatch.setattr("alfrl.evaluate.load_policy", lambda *a, **k: pytest.fail("a finished evaluation loads no model"))
+    monkeypatch.setattr("alfrl.eval.evaluate.load_policy", lambda *a, **k: pytest.fail("a finished evaluation loads no model"))
     summary = evaluate(smaller, progress=False)
     records = selected_records(smaller)
     assert sorted((r["split"], r["game_id"]) for r in records) == sorted(chosen)
@@ -227,7 +227,7 @@ def test_evaluate_on_official_valid_seen_games(tmp_path, real_data_dir):
 def test_failure_table_reads_the_lost_episodes_by_hand():
     """Two lost episodes kept with their turns: one took an apple first in a mug game and ran out of steps,
     one went back and forth for its last six moves without taking anything; a won one is not counted."""
-    from alfrl.eval_report import failure_table
+    from alfrl.eval.eval_report import failure_table
 
     def kept(won: bool, actions: list[str], end: str) -> dict:
         return {"game_id": "pick_and_place_simple-Mug-None-Desk-301/trial_1", "task_type": "pick_and_place_simple",

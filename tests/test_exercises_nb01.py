@@ -50,7 +50,7 @@ def test_winning_commands_expert_guess_fails(capsys):
 
 def test_winning_commands_every_admissible_fails(capsys):
     def everything(game, prefix):
-        from alfrl.env import GroupEnv
+        from alfrl.world.env import GroupEnv
         with GroupEnv(k=1, max_steps=len(prefix) + 1, workers=0) as env:
             env.reset(game)
             for command in prefix:
@@ -107,7 +107,7 @@ def test_play_group_ignoring_invalid_fails(capsys):
 
 def test_play_group_stepping_finished_copies_fails(capsys):
     """Stepping every copy every turn steps a finished one: GroupEnv refuses, and the check says so."""
-    from alfrl.env import GroupEnv
+    from alfrl.world.env import GroupEnv
 
     def every_copy(game, scripts, max_steps):
         with GroupEnv(k=len(scripts), max_steps=max_steps, workers=0) as env:

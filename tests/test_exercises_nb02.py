@@ -18,8 +18,8 @@ from solutions import nb02 as solutions  # noqa: E402
 
 @pytest.fixture(scope="module")
 def fmt():
-    from alfrl.models import load_tokenizer
-    from alfrl.protocol import ChatFormat
+    from alfrl.agent.models import load_tokenizer
+    from alfrl.agent.protocol import ChatFormat
 
     return ChatFormat(load_tokenizer())
 
@@ -41,8 +41,8 @@ def test_reply_tokens_solution_passes(capsys, fmt):
 
 
 def test_reply_tokens_is_what_the_warm_start_teaches(fmt):
-    """The solution's reply is the expert reply of the warm start (alfrl.scripted), token for token."""
-    from alfrl.scripted import tool_call
+    """The solution's reply is the expert reply of the warm start (alfrl.rl.scripted), token for token."""
+    from alfrl.rl.scripted import tool_call
 
     for action in checks.ACTIONS:
         assert solutions.reply_tokens(fmt, action) == fmt.encode(tool_call(action)) + [fmt.encode(fmt.closing)[0]]
@@ -170,11 +170,11 @@ def test_expert_nll_mistakes_are_named(wrong, message, capsys):
 
 
 def test_expert_nll_solution_is_alfrl_sft_on_a_real_expert_trajectory(policy):
-    """The solution, on the bundled model's logits for a real expert trajectory, is alfrl.sft.nll_loss."""
+    """The solution, on the bundled model's logits for a real expert trajectory, is alfrl.imitation.sft.nll_loss."""
     import torch
 
-    from alfrl.games import load_games
-    from alfrl.sft import SFTConfig, expert_trajectories, nll_loss
+    from alfrl.imitation.sft import SFTConfig, expert_trajectories, nll_loss
+    from alfrl.world.games import load_games
     game = min(load_games("train")[:20], key=lambda g: len(g.walkthrough))
     (trajectory,) = expert_trajectories(policy, [game], SFTConfig(max_steps=10), progress=False)
     with torch.no_grad():

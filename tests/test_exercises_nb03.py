@@ -34,7 +34,7 @@ def _counts_only_bad_format(session, env, branches, live, cfg, fmt):
     """A classic mistake: an inadmissible action is not counted as invalid."""
     before = {b: branches[b]["invalid"] for b in live}
     still = solutions.one_turn(session, env, branches, live, cfg, fmt)
-    from alfrl.protocol import parse_reply
+    from alfrl.agent.protocol import parse_reply
     for b in before:
         if parse_reply(branches[b]["replies"][-1]).valid and branches[b]["invalid"] > before[b]:
             branches[b]["invalid"] = before[b]
@@ -51,7 +51,7 @@ def _never_drops(session, env, branches, live, cfg, fmt):
 def _no_prefix_extension(session, env, branches, live, cfg, fmt):
     """Appends only the sampled tokens (no closing, no tool result) to the prompt."""
     samples = session.sample({b: branches[b]["prompt"] for b in live}, cfg)
-    from alfrl.protocol import parse_reply
+    from alfrl.agent.protocol import parse_reply
     texts = {b: fmt.tokenizer.decode(samples[b].tokens, skip_special_tokens=True) for b in live}
     parsed = {b: parse_reply(texts[b]) for b in live}
     results = env.step({b: parsed[b].action for b in live})

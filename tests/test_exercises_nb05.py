@@ -1,6 +1,6 @@
 """Notebook 05's exercises: the checks accept the worked solutions, reject wrong answers and the
 unfinished stub with a useful message (and never raise), and the notebook holds the stubs and the check
-calls. The checks take their answers from alfrl.ppo and peft, so the solutions are tied to the package."""
+calls. The checks take their answers from alfrl.rl.ppo and peft, so the solutions are tied to the package."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def test_the_solutions_pass(capsys):
 
 @pytest.mark.parametrize("low,high", [(0.8, 1.2), (0.9, 1.1), (0.5, 2.0)])
 def test_the_solution_is_alfrl_ppo_loss_with_its_gradient(low, high):
-    """The worked clipped loss is what alfrl.ppo.ppo_step minimises, value and gradient, and the tokens
+    """The worked clipped loss is what alfrl.rl.ppo.ppo_step minimises, value and gradient, and the tokens
     stops_pulling names are exactly those without a gradient."""
-    from alfrl.ppo import ppo_token_loss
+    from alfrl.rl.ppo import ppo_token_loss
 
     gen = torch.Generator().manual_seed(0)
     old = -3 * torch.rand(4, 30, generator=gen)
@@ -192,7 +192,7 @@ def test_a_wrong_policy_gradient_step_is_named(message, capsys):
 
 
 def test_the_step_solution_is_alfrl_ppo_step(capsys):
-    """The worked step leaves the weights alfrl.ppo.ppo_step leaves, on the check's model and batch (the
+    """The worked step leaves the weights alfrl.rl.ppo.ppo_step leaves, on the check's model and batch (the
     check's own answer comes from ppo_step, so this ties the solution to the package)."""
     assert run(checks.check_policy_gradient_step, solutions.policy_gradient_step, capsys)[0]
     batch = checks._trained_batch()

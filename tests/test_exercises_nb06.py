@@ -1,6 +1,6 @@
 """Notebook 06's exercises: the checks accept the worked solutions, reject wrong answers and the
 unfinished stub with a useful message (and never raise), and the notebook holds the stubs and the check
-calls. The checks take their answers from alfrl.evaluate, so the solutions are tied to the package."""
+calls. The checks take their answers from alfrl.eval.evaluate, so the solutions are tied to the package."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_the_solutions_pass(capsys):
 
 def test_the_solutions_are_alfrl_evaluate(tmp_path):
     """Directly, beside the checks: the README's numbers (5 of 20 solved: 11-47%; 5 gained, 1 lost: p = 14/64)."""
-    from alfrl.evaluate import wilson_interval
+    from alfrl.eval.evaluate import wilson_interval
 
     assert solutions.wilson(5, 20) == pytest.approx(wilson_interval(5, 20))
     assert solutions.wilson(5, 20) == pytest.approx((0.1119, 0.4687), abs=1e-4)

@@ -1,10 +1,10 @@
-"""alfrl.failures: how a lost episode fails, on hand-built episodes whose modes are known."""
+"""alfrl.eval.failures: how a lost episode fails, on hand-built episodes whose modes are known."""
 
 from __future__ import annotations
 
 import pytest
 
-from alfrl.failures import LOOP_WINDOW, failure_modes, failure_shares, first_stop, goal_receptacle, task_object
+from alfrl.eval.failures import LOOP_WINDOW, failure_modes, failure_shares, first_stop, goal_receptacle, task_object
 
 GAME = "pick_and_place_simple-Mug-None-Desk-301/trial_alfrl_s0_train_00001"
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from alfrl.pack import read_pack
-from alfrl.paths import REPO_ROOT
-from alfrl.rooms import ALFRED_TRAIN_SCENES, ALFWORLD_UNSEEN_SCENES, TRAIN_SCENES, draw_scene
+from alfrl.base.paths import REPO_ROOT
+from alfrl.world.pack import read_pack
+from alfrl.world.rooms import ALFRED_TRAIN_SCENES, ALFWORLD_UNSEEN_SCENES, TRAIN_SCENES, draw_scene
 
 DATA = REPO_ROOT / "data"
 SCALE_RECORDS = {"data/rl_rooms/train.jsonl.xz": (42, 909), "data/rl_rooms_more/train.jsonl.xz": (16, 387)}
@@ -54,10 +54,10 @@ def test_no_training_pack_has_a_room_on_them():
 
 @pytest.mark.parametrize("command", ["sft", "dagger", "train"])
 def test_the_default_training_draws_are_clean(command):
-    from alfrl.dagger import DaggerConfig
-    from alfrl.games import load_games
-    from alfrl.sft import SFTConfig
-    from alfrl.train_config import TrainConfig
+    from alfrl.imitation.dagger import DaggerConfig
+    from alfrl.imitation.sft import SFTConfig
+    from alfrl.training.train_config import TrainConfig
+    from alfrl.world.games import load_games
     config = {"sft": SFTConfig, "dagger": DaggerConfig, "train": TrainConfig}[command]()
     games = load_games("train", config.data_dir)
     assert len(games) >= 900

@@ -1,4 +1,4 @@
-"""alfrl.games: ALFWorld's filter, GameSpec, ordering, and clear errors for broken data."""
+"""alfrl.world.games: ALFWorld's filter, GameSpec, ordering, and clear errors for broken data."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl.games import (HOW_TO_GET_GAMES, GameDataError, available_splits, by_task, check_games,
-                         find_game_files, load_games, read_game, resolve_data_dir, shuffled)
-from alfrl.gamefile import game_id
+from alfrl.world.gamefile import game_id
+from alfrl.world.games import (HOW_TO_GET_GAMES, GameDataError, available_splits, by_task, check_games,
+                               find_game_files, load_games, read_game, resolve_data_dir, shuffled)
 
 SPLIT = "valid_unseen"
 
@@ -315,9 +315,9 @@ def test_every_generated_and_official_game_passes_the_pddl_checks(tiny_games, re
 
 def test_listing_games_imports_neither_the_generator_nor_textworld():
     """Finding, filtering and loading games (packs expanded on first use included) needs only the game-file
-    layer (alfrl.gamefile): not the generator, the expert, nor TextWorld."""
-    code = ("import sys, alfrl.games; alfrl.games.load_games('valid_seen', max_expert_steps=8); "
-            "print(sorted(m for m in sys.modules if m.startswith(('alfrl.generate', 'alfrl.expert', 'alfrl.rooms', "
+    layer (alfrl.world.gamefile): not the generator, the expert, nor TextWorld."""
+    code = ("import sys, alfrl.world.games; alfrl.world.games.load_games('valid_seen', max_expert_steps=8); "
+            "print(sorted(m for m in sys.modules if m.startswith(('alfrl.world.generate', 'alfrl.world.expert', 'alfrl.world.rooms', "
             "'textworld', 'fast_downward'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

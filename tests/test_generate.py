@@ -1,4 +1,4 @@
-"""alfrl.generate (+ rooms, pddl, expert): splits, determinism, playability, resume, size knob."""
+"""alfrl.world.generate (+ rooms, pddl, expert): splits, determinism, playability, resume, size knob."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from alfrl import TASK_TYPES, expert, pddl
-from alfrl.generate import (SPLIT_TASK_COUNTS, GenerateConfig, continue_from_pack, game_id, generate, make_game,
-                            pack_journal, read_journal, task_plan)
-from alfrl.games import load_games
-from alfrl.rooms import (ALFWORLD_UNSEEN_SCENES, SPLIT_SCENES, TRAIN_SCENES, UNSEEN_SCENES, SizeConfig,
-                         draw_scene, make_room, scenes_for)
+from alfrl import TASK_TYPES
+from alfrl.world import expert, pddl
+from alfrl.world.games import load_games
+from alfrl.world.generate import (SPLIT_TASK_COUNTS, GenerateConfig, continue_from_pack, game_id, generate, make_game,
+                                  pack_journal, read_journal, task_plan)
+from alfrl.world.rooms import (ALFWORLD_UNSEEN_SCENES, SPLIT_SCENES, TRAIN_SCENES, UNSEEN_SCENES, SizeConfig,
+                               draw_scene, make_room, scenes_for)
 
 from conftest import TINY_SIZE, TINY_SPLITS, game_files
 

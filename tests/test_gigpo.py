@@ -1,4 +1,4 @@
-"""alfrl.gigpo: step rewards, discounted returns, anchor states and step-level advantages on a hand-built
+"""alfrl.rl.gigpo: step rewards, discounted returns, anchor states and step-level advantages on a hand-built
 group, against values computed by hand; and on a committed training run's real groups."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from collections import defaultdict
 
 import pytest
 
-from alfrl.advantage import AdvantageConfig, assign_advantages, token_advantages
-from alfrl.gigpo import (START, anchor_stats, discounted_returns, state_keys, step_advantages, step_rewards,
-                         token_advantage_values, turn_of_token)
-from alfrl.paths import REPO_ROOT
-from alfrl.ppo import padded_tensors
-from alfrl.trajectory import Trajectory, Turn, groups_of, load_trajectories
+from alfrl.base.paths import REPO_ROOT
+from alfrl.rl.advantage import AdvantageConfig, assign_advantages, token_advantages
+from alfrl.rl.gigpo import (START, anchor_stats, discounted_returns, state_keys, step_advantages, step_rewards,
+                            token_advantage_values, turn_of_token)
+from alfrl.rl.ppo import padded_tensors
+from alfrl.rl.trajectory import Trajectory, Turn, groups_of, load_trajectories
 
 CLOSED = "You arrive at drawer 1. The drawer 1 is closed."
 

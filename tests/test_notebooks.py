@@ -154,13 +154,13 @@ def test_notebook_runs(name, parameters, tmp_path):
     assert not errors, errors
 
 
-# --- 00_setup: the notebook's is_playable is ALFWorld's filter, as alfrl.games applies it -------
+# --- 00_setup: the notebook's is_playable is ALFWorld's filter, as alfrl.world.games applies it -------
 
 @pytest.fixture(scope="module")
 def one_game(tmp_path_factory) -> Path:
     """The trial folder of one small generated game (the expert wins it)."""
-    from alfrl.generate import GenerateConfig, generate
-    from alfrl.rooms import SizeConfig
+    from alfrl.world.generate import GenerateConfig, generate
+    from alfrl.world.rooms import SizeConfig
 
     out = tmp_path_factory.mktemp("gen")
     generate(GenerateConfig(out=str(out), n=1, splits=("valid_unseen",), workers=1,
@@ -184,7 +184,7 @@ def _edit_json(path: Path, **changes) -> None:
 
 
 def test_is_playable_matches_alfrl_games(one_game, tmp_path):
-    from alfrl.games import find_game_files, read_game
+    from alfrl.world.games import find_game_files, read_game
 
     ns = notebook_definitions("00_setup.ipynb", "is_playable", {"Path": Path, "json": json})
     is_playable = ns["is_playable"]
@@ -205,7 +205,7 @@ def test_is_playable_matches_alfrl_games(one_game, tmp_path):
     assert notebook == package == {files["kept"]}
 
 
-# --- 02_tool_protocol: the notebook's parse_tool_call is alfrl.protocol.parse_reply on JSON calls ---
+# --- 02_tool_protocol: the notebook's parse_tool_call is alfrl.agent.protocol.parse_reply on JSON calls ---
 
 def _call(action, name="alfworld_step") -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": {"action": action}})}\n</tool_call>'
@@ -249,7 +249,7 @@ def parse_tool_call():
 
 @pytest.mark.parametrize("reply", JSON_REPLIES)
 def test_nb02_parse_tool_call_matches_parse_reply(parse_tool_call, reply):
-    from alfrl.protocol import parse_reply
+    from alfrl.agent.protocol import parse_reply
 
     action, reason = parse_tool_call(reply)
     parsed = parse_reply(reply)
@@ -257,16 +257,16 @@ def test_nb02_parse_tool_call_matches_parse_reply(parse_tool_call, reply):
     assert (action is not None) == parsed.valid == (not reason)
 
 
-# --- 03_group_rollouts: the notebook's play_group_inline plays what alfrl.rollout.rollout_group plays ---
+# --- 03_group_rollouts: the notebook's play_group_inline plays what alfrl.rl.rollout.rollout_group plays ---
 
 def test_nb03_play_group_inline_matches_rollout_group():
     """Scripted replies (a winner, a winner after a bad format and an inadmissible action, a loser that
     alternates valid and broken calls) through both loops: same replies, outcomes and tokens."""
-    from alfrl.games import load_games
-    from alfrl.models import load_policy
-    from alfrl.protocol import ChatFormat
-    from alfrl.rollout import RolloutConfig, rollout_group
-    from alfrl.scripted import ScriptedSession, expert_replies, tool_call
+    from alfrl.agent.models import load_policy
+    from alfrl.agent.protocol import ChatFormat
+    from alfrl.rl.rollout import RolloutConfig, rollout_group
+    from alfrl.rl.scripted import ScriptedSession, expert_replies, tool_call
+    from alfrl.world.games import load_games
 
     play_group_inline = notebook_definitions("03_group_rollouts.ipynb", "play_group_inline")["play_group_inline"]
     policy = load_policy()
@@ -287,7 +287,7 @@ def test_nb03_play_group_inline_matches_rollout_group():
         (True, len(walk), 0), (True, len(walk) + 2, 2), (False, max_steps, max_steps // 2)]
 
 
-# --- 04_advantages_masks: the notebook's reward and advantages are alfrl.advantage's ------------
+# --- 04_advantages_masks: the notebook's reward and advantages are alfrl.rl.advantage's ------------
 
 REWARD_LISTS = [[1.0, 0.8, -0.3, 0.0], [0.0, 0.0, 1.0], [-0.4, -0.4, -0.4, -0.3], [1.0, 0.9, 0.0, -0.5, -5.0],
                 [0.5], [-0.2] * 8]
@@ -296,7 +296,7 @@ REWARD_LISTS = [[1.0, 0.8, -0.3, 0.0], [0.0, 0.0, 1.0], [-0.4, -0.4, -0.4, -0.3]
 def test_nb04_rewards_and_advantages_match_alfrl_advantage():
     from types import SimpleNamespace
 
-    from alfrl.advantage import episode_reward, group_advantages
+    from alfrl.rl.advantage import episode_reward, group_advantages
 
     ns = notebook_definitions("04_advantages_masks.ipynb", "advantages")
     for won, invalid in [(True, 2), (False, 3), (True, 0), (False, 0), (False, 50)]:
@@ -308,9 +308,9 @@ def test_nb04_rewards_and_advantages_match_alfrl_advantage():
 
 
 def test_nb04_step_credit_by_hand_is_alfrl_gigpo():
-    """Section 5's hand-written step rewards, returns, state keys and step advantages are alfrl.gigpo's, on the
+    """Section 5's hand-written step rewards, returns, state keys and step advantages are alfrl.rl.gigpo's, on the
     hand-built group of tests/test_gigpo.py and with other penalties and discounts."""
-    from alfrl import gigpo
+    from alfrl.rl import gigpo
     from test_gigpo import hand_group
 
     ns = notebook_definitions("04_advantages_masks.ipynb", "step_advantages_by_hand")
@@ -326,28 +326,28 @@ def test_nb04_step_credit_by_hand_is_alfrl_gigpo():
 
 
 # --- 05_ppo_loop: its exercises (the clipped loss, which tokens stop pulling, LoRALinear, the step) are
-# checked against alfrl.ppo and peft in tests/test_exercises_nb05.py; the loop written out, with the worked
-# step, is alfrl.train's first update (the notebook's own run checks the package's step in the loop) ----
+# checked against alfrl.rl.ppo and peft in tests/test_exercises_nb05.py; the loop written out, with the worked
+# step, is alfrl.training.train's first update (the notebook's own run checks the package's step in the loop) ----
 
 def test_nb05_train_by_hand_is_alfrl_trains_first_update(tmp_path):
     """The outer loop the learner reads (play, reward, advantage) with the worked policy_gradient_step, and
-    alfrl.train, from the same config in float32: the same games and seeds, so the same wins, loss and
+    alfrl.training.train, from the same config in float32: the same games and seeds, so the same wins, loss and
     gradient norm."""
     import sys
 
     import torch
 
-    import alfrl.train
+    import alfrl.training.train
 
     sys.path.insert(0, str(NOTEBOOK_DIR))
     from solutions.nb05 import policy_gradient_step
 
     train_by_hand = notebook_definitions("05_ppo_loop.ipynb", "train_by_hand", {
         "torch": torch, "my_step_works": True, "policy_gradient_step": policy_gradient_step})["train_by_hand"]
-    config = alfrl.train.preset("practice", run_dir=str(tmp_path / "run"), games_per_update=1, k=4, max_steps=6,
+    config = alfrl.training.train.preset("practice", run_dir=str(tmp_path / "run"), games_per_update=1, k=4, max_steps=6,
                                 updates=1, bf16=False, log="none", seed=0)  # its first group has a reward spread
     by_hand = train_by_hand(config, 1)[0]
-    package = alfrl.train.train(config, progress=False)[0]
+    package = alfrl.training.train.train(config, progress=False)[0]
     assert by_hand["loss"] is not None, "the game's group had no reward spread: pick another seed"
     assert by_hand["episodes"] == package["trajectories"] == 4
     assert by_hand["won"] == round(package["success"] * 4)
@@ -356,7 +356,7 @@ def test_nb05_train_by_hand_is_alfrl_trains_first_update(tmp_path):
     assert by_hand["grad_norm"] == pytest.approx(package["grad_norm"], rel=1e-4)
 
 
-# --- 06_evaluation: the notebook's groupby summary is alfrl.evaluate.summarize --------------------
+# --- 06_evaluation: the notebook's groupby summary is alfrl.eval.evaluate.summarize --------------------
 
 def _record(split: str, task: str, won: bool, invalid: int, turns: int, valid_calls: int) -> dict:
     return {"split": split, "game_id": f"{task}/{split}/{turns}-{invalid}", "task_type": task, "won": won,
@@ -376,7 +376,7 @@ EVAL_RECORDS = [
 
 
 def test_nb06_summary_table_matches_summarize():
-    from alfrl.evaluate import summarize
+    from alfrl.eval.evaluate import summarize
 
     summary_table = notebook_definitions("06_evaluation.ipynb", "summary_table")["summary_table"]
     numbers = ["games", "won", "success", "invalid_per_episode", "mean_steps", "valid_call_rate", "admissible_rate"]
@@ -399,7 +399,7 @@ def test_nb06_reruns_with_a_smaller_limit(tmp_path):
     (the folder keeps the larger run's records; the summary, the tables and the checks agree)."""
     import papermill
 
-    from alfrl.evaluate import read_records
+    from alfrl.eval.evaluate import read_records
 
     parameters = {**dict(NOTEBOOKS)["06_evaluation.ipynb"], "out_dir": str(tmp_path / "eval"), "evaluate_base": False,
                   "checkpoints": {"warm start": "warmstart"},
@@ -424,8 +424,8 @@ def test_nb06_reruns_with_a_smaller_limit(tmp_path):
 @pytest.mark.parametrize("actions", ["every", "first", "local"])
 @pytest.mark.parametrize("valid", [True, False])
 def test_nb08_tool_result_is_alfrls_tool_content(actions, valid):
-    from alfrl.models import load_tokenizer
-    from alfrl.protocol import ChatFormat, actions_block
+    from alfrl.agent.models import load_tokenizer
+    from alfrl.agent.protocol import ChatFormat, actions_block
     tool_result = notebook_definitions("08_long_games.ipynb", "tool_result",
                                        {"actions_block": actions_block})["tool_result"]
     room = ["go to drawer 1", "go to sinkbasin 1", "examine drawer 1", "inventory", "look", "open drawer 1"]

@@ -1,4 +1,4 @@
-"""alfrl.pack: packs rebuild generate's exact files; damaged or foreign packs fail loudly."""
+"""alfrl.world.pack: packs rebuild generate's exact files; damaged or foreign packs fail loudly."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import lzma
 
 import pytest
 
-from alfrl.gamefile import game_id
-from alfrl.pack import PACK_FIELDS, expand, game_sha256, read_pack, write_pack
+from alfrl.world.gamefile import game_id
+from alfrl.world.pack import PACK_FIELDS, expand, game_sha256, read_pack, write_pack
 
 from conftest import game_files
 
@@ -127,7 +127,7 @@ def test_hash_mismatch_is_refused(pack, tmp_path):
 def test_a_folder_of_packs_is_a_data_dir(pack, tmp_path, monkeypatch):
     """--data-dir data/heldout (a folder of packs beside the default ones): its games are expanded once into
     <games dir>-<folder name> and load like any others."""
-    from alfrl.games import load_games, resolve_data_dir
+    from alfrl.world.games import load_games, resolve_data_dir
     monkeypatch.setenv("ALFRL_DATA_DIR", str(tmp_path / "games"))
     root = resolve_data_dir(pack.parent)
     assert root == tmp_path / "games-packs"

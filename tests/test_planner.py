@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from alfrl.engine import make_fast_engine
-from alfrl.env import GroupEnv
-from alfrl.protocol import (EXECUTED, PLAN_REQUEST, ChatFormat, is_planner_turn, parse_plan, plan_token_count,
-                            tool_result_message)
-from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.scripted import ScriptedSession, expert_replies, planned_expert_replies, tool_call
-from alfrl.subgoals import game_progress
-from alfrl.viewer import PLANNER, token_roles, trajectory_html
+from alfrl.agent.protocol import (EXECUTED, PLAN_REQUEST, ChatFormat, is_planner_turn, parse_plan, plan_token_count,
+                                  tool_result_message)
+from alfrl.rl.rollout import RolloutConfig, rollout_group
+from alfrl.rl.scripted import ScriptedSession, expert_replies, planned_expert_replies, tool_call
+from alfrl.rl.viewer import PLANNER, token_roles, trajectory_html
+from alfrl.world.engine import make_fast_engine
+from alfrl.world.env import GroupEnv
+from alfrl.world.subgoals import game_progress
 
 CLEAN = "pick_clean_then_place_in_recep"
 
@@ -59,7 +59,7 @@ def test_hierarchical_expert_group_on_the_real_game(monkeypatch, policy, game):
     fmt = ChatFormat(policy.tokenizer)
     planned = planned_expert_replies(game, plan_every=3)
     scripts = {0: planned, 1: expert_replies(game)}
-    monkeypatch.setattr("alfrl.rollout.new_group_session", lambda *a, **k: ScriptedSession(fmt, scripts))
+    monkeypatch.setattr("alfrl.rl.rollout.new_group_session", lambda *a, **k: ScriptedSession(fmt, scripts))
     t0, t1 = rollout_group(policy, game, RolloutConfig(k=2, max_steps=len(game.walkthrough), workers=0,
                                                        plan_every=3))
     goals = game_progress(game.path).goals
@@ -139,7 +139,7 @@ def test_real_model_planner_turns_are_sampled_and_asked_for(policy, game):
 
 
 def test_notebook_07_planner_by_hand_equals_the_package():
-    """Notebook 07's planner-turn rule and plan reading, written out for the learner, are alfrl.protocol's."""
+    """Notebook 07's planner-turn rule and plan reading, written out for the learner, are alfrl.agent.protocol's."""
     from test_notebooks import notebook_definitions
 
     defs = notebook_definitions("07_beyond_grpo.ipynb", "plan_by_hand")  # the cell defines both
@@ -155,7 +155,7 @@ def test_notebook_07_planner_by_hand_equals_the_package():
 def test_sft_plan_every_renders_the_planned_expert(policy, game):
     """``python -m alfrl sft --plan-every 3``: the expert trajectories it learns from carry the plan lines, on
     the planner turns a rollout with --plan-every 3 asks on, inside the trained (mask 1) tokens."""
-    from alfrl.sft import SFTConfig, expert_trajectories
+    from alfrl.imitation.sft import SFTConfig, expert_trajectories
     (plain,) = expert_trajectories(policy, [game], SFTConfig(), progress=False)
     (planned,) = expert_trajectories(policy, [game], SFTConfig(plan_every=3), progress=False)
     assert plain.won and planned.won and planned.steps == plain.steps

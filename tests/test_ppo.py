@@ -1,4 +1,4 @@
-"""alfrl.ppo: the clipped loss by hand, logprob recomputation, where gradients go, and that one update
+"""alfrl.rl.ppo: the clipped loss by hand, logprob recomputation, where gradients go, and that one update
 moves the policy the way the advantages say."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import copy
 import pytest
 import torch
 
-from alfrl.logprobs import nucleus_logprobs, sequence_logprobs
-from alfrl.models import load_policy
-from alfrl.ppo import (PPOConfig, make_optimizer, ppo_step, ppo_token_loss, ppo_update, recompute_old_logprobs,
-                       shared_passes, summarize_steps)
-from alfrl.protocol import ChatFormat, build_next_prompt
-from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
-from alfrl.sampler import SampleConfig, new_session
+from alfrl.agent.models import load_policy
+from alfrl.agent.protocol import ChatFormat, build_next_prompt
+from alfrl.agent.sampler import SampleConfig, new_session
+from alfrl.rl.logprobs import nucleus_logprobs, sequence_logprobs
+from alfrl.rl.ppo import (PPOConfig, make_optimizer, ppo_step, ppo_token_loss, ppo_update, recompute_old_logprobs,
+                          shared_passes, summarize_steps)
+from alfrl.rl.rollout import RolloutConfig, Trajectory, rollout_group
 
 SPLIT = "valid_seen"
 
@@ -145,7 +145,7 @@ def test_first_step_ratio_is_one_loss_is_the_token_mean_and_only_lora_learns(pol
 
 def test_micro_batches_and_checkpointing_give_the_full_batch_gradient(policy, group):
     """One micro-batch per trajectory, one for both, and gradient checkpointing (every token run in
-    full). The first two run the two conversations' shared prompt once (alfrl.prefix), the gradient it
+    full). The first two run the two conversations' shared prompt once (alfrl.rl.prefix), the gradient it
     collects from each micro-batch sent back through it at the end."""
     assert [p is not None for p, _ in shared_passes(policy.model, group, PPOConfig())] == [True]
     grads = []
@@ -268,7 +268,7 @@ def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_an
     in another order, and 1.06e-5 was seen on one thread of a 2-core AMD EPYC with AVX512)."""
     from dataclasses import replace
 
-    from alfrl.ppo import trained_length
+    from alfrl.rl.ppo import trained_length
     tail = policy.tokenizer.encode(" Observation: You arrive at countertop 1. Available actions: look.")
     batch = [replace(t, tokens=t.tokens + tail, mask=t.mask + [0] * len(tail), logprobs=t.logprobs + [0.0] * len(tail))
              for t in group]
@@ -294,7 +294,7 @@ def test_the_update_leaves_out_what_follows_the_last_reply_with_the_same_loss_an
 # --- truncated importance sampling ------------------------------------------------------------------
 
 def test_tis_weights_by_hand():
-    from alfrl.ppo import tis_weights
+    from alfrl.rl.ppo import tis_weights
     trainer = torch.log(torch.tensor([0.5, 0.2, 0.9, 0.1]))
     sampler = torch.log(torch.tensor([0.25, 0.2, 0.3, 0.4]))
     # exp(trainer - sampler) = 2, 1, 3, 0.25; capped at 2

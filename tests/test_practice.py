@@ -1,4 +1,4 @@
-"""alfrl.practice and the practice result's statistics: the profile's selection of a pool and matched
+"""alfrl.eval.practice and the practice result's statistics: the profile's selection of a pool and matched
 controls, the committed pool and preset, the permutation tests against enumeration, the by-visit metric
 from hand-built trajectories, and a real profile (played by the small model) that resumes."""
 
@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from alfrl.eval_stats import sign_flip_test, two_sample_permutation_test
-from alfrl.paths import REPO_ROOT
-from alfrl.practice import (game_ids, game_wins, matched_pools, pick_by_win_rate, read_pool, read_profile,
-                            visit_curves)
-from alfrl.trajectory import Trajectory
+from alfrl.base.paths import REPO_ROOT
+from alfrl.eval.eval_stats import sign_flip_test, two_sample_permutation_test
+from alfrl.eval.practice import (game_ids, game_wins, matched_pools, pick_by_win_rate, read_pool, read_profile,
+                                 visit_curves)
+from alfrl.rl.trajectory import Trajectory
 
 
 def line(game: str, wins: int, k: int = 8) -> dict:
@@ -140,7 +140,7 @@ def test_visit_curves_from_hand_built_trajectories():
 
 
 def test_the_plot_shows_a_visit_panel_only_when_games_come_back():
-    from alfrl.plots import plot_training
+    from alfrl.training.plots import plot_training
     base = {"reward": 0.1, "invalid_per_episode": 0.5, "success": 0.5}
     once = [{"step": 1, **base, "game_wins": [["g/trial_1", 1, 8]]}, {"step": 2, **base, "game_wins": [["h/trial_2", 2, 8]]}]
     again = once + [{"step": 3, **base, "game_wins": [["g/trial_1", 5, 8]]}]
@@ -152,8 +152,8 @@ def test_the_plot_shows_a_visit_panel_only_when_games_come_back():
 
 
 def test_the_committed_pool_is_matched_and_the_preset_visits_each_game_five_times():
-    from alfrl.practice import select_games
-    from alfrl.train import preset
+    from alfrl.eval.practice import select_games
+    from alfrl.training.train import preset
     config = preset("practice")
     pool = read_pool(REPO_ROOT / config.pool)
     profile = {r["game_id"]: r for r in read_profile(REPO_ROOT / "data" / "practice" / "profile_warmstart.jsonl")}

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from alfrl.checkpoint import read_jsonl
-from alfrl.models import EPOCH_WARM_START, WARM_START
-from alfrl.paths import REPO_ROOT
+from alfrl.agent.models import EPOCH_WARM_START, WARM_START
+from alfrl.base.checkpoint import read_jsonl
+from alfrl.base.paths import REPO_ROOT
 
 from script_loader import load_script
 
@@ -39,7 +39,7 @@ def test_an_output_folder_refuses_another_warm_start(tmp_path):
 
 def test_the_default_is_the_default_warm_start_and_its_folders():
     """Without flags the script measures what ``--preset practice`` trains from, and writes where notebook 06 reads."""
-    from alfrl.train import preset
+    from alfrl.training.train import preset
     script = load_script("practice_result")
     args = script.parse_args([])
     assert args.warm_start == preset("practice").init_adapter == EPOCH_WARM_START

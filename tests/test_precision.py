@@ -1,4 +1,4 @@
-"""alfrl.precision: the CPU's bfloat16 flags, the cpu preset's precision by hardware, the note on emulated
+"""alfrl.agent.precision: the CPU's bfloat16 flags, the cpu preset's precision by hardware, the note on emulated
 bfloat16. (The speed itself is measured by benchmarks/bf16_speed.py, not asserted.)"""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 
-from alfrl import precision
-from alfrl.precision import cpu_flags, native_bf16_cpu, slow_bf16_note
-from alfrl.train_config import PRESETS, TrainConfig, check_config, cpu_preset, preset
+from alfrl.agent import precision
+from alfrl.agent.precision import cpu_flags, native_bf16_cpu, slow_bf16_note
+from alfrl.training.train_config import PRESETS, TrainConfig, check_config, cpu_preset, preset
 
 X86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 avx avx2 fma {extra}\nbogomips\t: 4890\n"
 ARM = "processor\t: 0\nFeatures\t: fp asimd {extra}\n"

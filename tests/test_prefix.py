@@ -1,4 +1,4 @@
-"""alfrl.prefix: a group's shared tokens run once in the update give the plain loss and gradient (fp32:
+"""alfrl.rl.prefix: a group's shared tokens run once in the update give the plain loss and gradient (fp32:
 within 1e-5; bf16: the tolerance test_ppo states for bf16), on real rollouts of the real model."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from alfrl.ppo import PPOConfig, make_optimizer, ppo_step, recompute_old_logprobs, shared_passes, trained_length
-from alfrl.prefix import common_prefix_length, prefix_groups
-from alfrl.rollout import RolloutConfig, Trajectory, rollout_group
+from alfrl.rl.ppo import PPOConfig, make_optimizer, ppo_step, recompute_old_logprobs, shared_passes, trained_length
+from alfrl.rl.prefix import common_prefix_length, prefix_groups
+from alfrl.rl.rollout import RolloutConfig, Trajectory, rollout_group
 
 SPLIT = "valid_seen"
 

@@ -1,4 +1,4 @@
-"""alfrl.protocol: replies are valid only with exactly one alfworld_step call at the end."""
+"""alfrl.agent.protocol: replies are valid only with exactly one alfworld_step call at the end."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from alfrl.protocol import (SYSTEM_PROMPT, TOOL_NAME, TOOL_SCHEMA, ParsedReply, canonical_action,
-                            check_action_list, first_user_message, listed_actions, parse_reply,
-                            tool_result_message)
+from alfrl.agent.protocol import (SYSTEM_PROMPT, TOOL_NAME, TOOL_SCHEMA, ParsedReply, canonical_action,
+                                  check_action_list, first_user_message, listed_actions, parse_reply,
+                                  tool_result_message)
 
 
 def call(action: str, name: str = TOOL_NAME) -> str:
@@ -87,14 +87,14 @@ def test_system_prompt_describes_the_tool():
 
 # --- token-exact prompts on the bundled model's real chat template ----------------------
 
-from alfrl.protocol import ChatFormat, TemplateError, build_next_prompt  # noqa: E402
+from alfrl.agent.protocol import ChatFormat, TemplateError, build_next_prompt  # noqa: E402
 
 TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
 
 
 @pytest.fixture(scope="module")
 def fmt():
-    from alfrl.models import load_tokenizer
+    from alfrl.agent.models import load_tokenizer
     return ChatFormat(load_tokenizer())
 
 
@@ -173,7 +173,7 @@ def test_an_unknown_protocol_is_refused_with_the_choices():
 
 
 def test_first_protocol_says_so_and_still_grows_by_prefix():
-    from alfrl.models import load_tokenizer
+    from alfrl.agent.models import load_tokenizer
     tok = load_tokenizer()
     every, first = ChatFormat(tok), ChatFormat(tok, actions="first")
     assert first.system_prompt.startswith(every.system_prompt)

@@ -1,4 +1,4 @@
-"""alfrl.protocol.parse_reply never raises and never stalls, whatever the model writes.
+"""alfrl.agent.protocol.parse_reply never raises and never stalls, whatever the model writes.
 
 A sampled reply is untrusted text: one bad reply must become a "bad format" rejection
 with a reason, never an exception that ends a training run. Stdlib only (no model).
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from alfrl.protocol import TOOL_NAME, ParsedReply, canonical_action, parse_reply
+from alfrl.agent.protocol import TOOL_NAME, ParsedReply, canonical_action, parse_reply
 
 MAX_DIGITS = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 4300
 

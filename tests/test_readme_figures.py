@@ -56,8 +56,8 @@ def test_the_readme_is_a_landing_page():
 def test_the_update_rules_line_is_what_the_outcomes_say():
     """The README's "other update rules" figures (rooms won, gained/lost against the start, two-sided p) are
     recomputed from the committed outcomes of every checkpoint in data/results/beyond_grpo_scale.md."""
-    from alfrl.checkpoint import read_jsonl
-    from alfrl.eval_stats import paired_outcomes
+    from alfrl.base.checkpoint import read_jsonl
+    from alfrl.eval.eval_stats import paired_outcomes
 
     records = read_jsonl(REPO / "data/results/beyond_grpo_scale_outcomes.jsonl")
 

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl.expert import replay
-from alfrl.games import by_task, find_game_files, load_games
+from alfrl.world.expert import replay
+from alfrl.world.games import by_task, find_game_files, load_games
 
 # Solvable games per task type (ALFWorld's filter keeps exactly these), and all game files.
 SOLVABLE = {

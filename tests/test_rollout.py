@@ -1,4 +1,4 @@
-"""alfrl.rollout: groups played through the real game, with a scripted sampler (logic) and the real
+"""alfrl.rl.rollout: groups played through the real game, with a scripted sampler (logic) and the real
 small model (masks, logprobs, prompts, determinism)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from alfrl.env import NOTHING_HAPPENS
-from alfrl.protocol import COMPLETED, EXECUTED, ChatFormat
-from alfrl.rollout import (RolloutConfig, load_trajectories, rollout_batch, rollout_games, rollout_group,
-                           save_trajectories)
-from alfrl.scripted import ScriptedSession, expert_replies, tool_call as call
+from alfrl.agent.protocol import COMPLETED, EXECUTED, ChatFormat
+from alfrl.rl.rollout import (RolloutConfig, load_trajectories, rollout_batch, rollout_games, rollout_group,
+                              save_trajectories)
+from alfrl.rl.scripted import ScriptedSession, expert_replies, tool_call as call
+from alfrl.world.env import NOTHING_HAPPENS
 
 SPLIT = "valid_seen"
 PICK = "pick_and_place_simple"
@@ -31,7 +31,7 @@ def scripted(monkeypatch, policy, scripts) -> list[ScriptedSession]:
     def make(*args, **kwargs):
         sessions.append(ScriptedSession(ChatFormat(policy.tokenizer), scripts))
         return sessions[-1]
-    monkeypatch.setattr("alfrl.rollout.new_group_session", make)
+    monkeypatch.setattr("alfrl.rl.rollout.new_group_session", make)
     return sessions
 
 
@@ -89,7 +89,7 @@ def test_scripted_group_wins_counts_invalid_and_never_moves_on_invalid(monkeypat
 
 
 def first_observation(game):
-    from alfrl.env import GroupEnv
+    from alfrl.world.env import GroupEnv
     with GroupEnv(k=1, workers=0) as env:
         start = env.reset(game)
     return start.observation, start.admissible_commands
@@ -198,8 +198,8 @@ def test_config_errors(policy, game):
 def test_committed_probe_trajectories_load_as_they_are():
     """load_trajectories reads a training run's trajectories (which add a "step" key) straight from the
     committed .jsonl.xz probes: every trajectory's mask marks exactly its sampled tokens."""
-    from alfrl.paths import REPO_ROOT
-    from alfrl.rollout import load_trajectories
+    from alfrl.base.paths import REPO_ROOT
+    from alfrl.rl.rollout import load_trajectories
 
     trajectories = load_trajectories(REPO_ROOT / "data" / "results" / "cpu_T0.6_keepwin_trajectories.jsonl.xz")
     assert len(trajectories) == 64

@@ -1,4 +1,4 @@
-"""Output folders of train and eval (alfrl.rundir's one policy), saved configs, and starts that fail
+"""Output folders of train and eval (alfrl.base.rundir's one policy), saved configs, and starts that fail
 before they leave anything behind. No model is loaded: where a run would reach one, it is stopped."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import asdict
 
 import pytest
 
-from alfrl.checkpoint import prepare_run_dir
-from alfrl.evaluate import EvalConfig, evaluate
-from alfrl.rundir import DAGGER, EVAL, FOREIGN, RUN, TRAIN, RunDirError, changed_settings, folder_kind, prepare_output_dir
-from alfrl.train import TrainConfig, train
+from alfrl.base.checkpoint import prepare_run_dir
+from alfrl.base.rundir import DAGGER, EVAL, FOREIGN, RUN, TRAIN, RunDirError, changed_settings, folder_kind, prepare_output_dir
+from alfrl.eval.evaluate import EvalConfig, evaluate
+from alfrl.training.train import TrainConfig, train
 
 from conftest import REPO_ROOT
 
@@ -26,8 +26,8 @@ class ModelReached(Exception):
 def no_model(monkeypatch):
     def stop(*args, **kwargs):
         raise ModelReached
-    monkeypatch.setattr("alfrl.train.load_for_training", stop)
-    monkeypatch.setattr("alfrl.evaluate.load_policy", stop)
+    monkeypatch.setattr("alfrl.training.train.load_for_training", stop)
+    monkeypatch.setattr("alfrl.eval.evaluate.load_policy", stop)
 
 
 def train_config(run_dir, data_dir=None, **overrides) -> TrainConfig:
@@ -108,7 +108,7 @@ def test_folder_kinds(tmp_path):
     (tmp_path / "sft").mkdir()
     (tmp_path / "sft" / "config.json").write_text(json.dumps({"out": "runs/sft", "epochs": 2}))
     assert folder_kind(tmp_path / "sft") == RUN
-    from alfrl.dagger import DaggerConfig
+    from alfrl.imitation.dagger import DaggerConfig
     (tmp_path / "dagger").mkdir()
     (tmp_path / "dagger" / "config.json").write_text(json.dumps(asdict(DaggerConfig())))
     assert folder_kind(tmp_path / "dagger") == DAGGER

@@ -1,4 +1,4 @@
-"""alfrl.sampler: KV-cached sampling across turns, one branch or a batched group; logprobs that a full
+"""alfrl.agent.sampler: KV-cached sampling across turns, one branch or a batched group; logprobs that a full
 forward pass reproduces."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from alfrl.protocol import ChatFormat, build_next_prompt, tool_result_message
-from alfrl.sampler import SampleConfig, new_group_session, new_session, token_distribution
+from alfrl.agent.protocol import ChatFormat, build_next_prompt, tool_result_message
+from alfrl.agent.sampler import SampleConfig, new_group_session, new_session, token_distribution
 
 TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
 
@@ -181,7 +181,7 @@ def test_bf16_prefill_reads_long_prompts_in_bfloat16_and_keeps_the_cache_in_floa
     """``prefill_dtype``: a read of PREFILL_MIN or more tokens runs under bfloat16 autocast, a shorter one
     (a decode step) in float32 exactly; the cache stays float32, even when its first read is a prefill;
     the logprobs move by bfloat16 rounding only."""
-    from alfrl.kvcache import PREFILL_MIN, GroupCache
+    from alfrl.agent.kvcache import PREFILL_MIN, GroupCache
 
     model = policy.model
     short = [1] + list(range(300, 300 + PREFILL_MIN - 2))  # PREFILL_MIN - 1 tokens: below the threshold
@@ -225,7 +225,7 @@ def test_every_eos_of_the_generation_config_stops_a_reply(policy, fmt, monkeypat
     each. Here the token the model says first becomes a second eos, and the reply ends right after it."""
     from transformers import GenerationConfig
 
-    from alfrl.sampler import policy_stop_ids, stop_ids
+    from alfrl.agent.sampler import policy_stop_ids, stop_ids
     eos = policy.tokenizer.eos_token_id
     assert stop_ids(policy.tokenizer, GenerationConfig(eos_token_id=[eos, 7])) == {eos, 7}
     assert stop_ids(policy.tokenizer, GenerationConfig(eos_token_id=eos)) == stop_ids(policy.tokenizer) == {eos}

@@ -7,14 +7,14 @@ import hashlib
 import re
 from dataclasses import replace
 
-from alfrl.checkpoint import read_jsonl
-from alfrl.gamefile import game_id
-from alfrl.games import load_games
-from alfrl.pack import read_pack
-from alfrl.paths import REPO_ROOT
-from alfrl.rooms import ALFRED_TRAIN_SCENES, UNSEEN_SCENES
-from alfrl.train import training_games
-from alfrl.train_config import preset
+from alfrl.base.checkpoint import read_jsonl
+from alfrl.base.paths import REPO_ROOT
+from alfrl.training.train import training_games
+from alfrl.training.train_config import preset
+from alfrl.world.gamefile import game_id
+from alfrl.world.games import load_games
+from alfrl.world.pack import read_pack
+from alfrl.world.rooms import ALFRED_TRAIN_SCENES, UNSEEN_SCENES
 
 SCALE = REPO_ROOT / "data/scale"
 PANEL = REPO_ROOT / "data/panel/valid_unseen.jsonl.xz"

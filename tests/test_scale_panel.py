@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from alfrl.scale import PARTS, ScaleRun
+from alfrl.eval.scale import PARTS, ScaleRun
 
 from script_loader import load_script
 

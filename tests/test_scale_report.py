@@ -1,4 +1,4 @@
-"""The scale run's report (alfrl/scale.py): hand-computed tables on a hand-built panel, and the committed report
+"""The scale run's report (alfrl/eval/scale.py): hand-computed tables on a hand-built panel, and the committed report
 being exactly what the committed panel files and metrics give."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from alfrl.paths import REPO_ROOT
-from alfrl.scale import (ScaleRun, arm_rows, continued_arm, cost_lines, curve, detour_rows, lost_room, markdown_table,
-                         origin_rows, summary_rows, task_rows, verdict_lines)
+from alfrl.base.paths import REPO_ROOT
+from alfrl.eval.scale import (ScaleRun, arm_rows, continued_arm, cost_lines, curve, detour_rows, lost_room, markdown_table,
+                              origin_rows, summary_rows, task_rows, verdict_lines)
 
 from script_loader import load_script
 

@@ -1,4 +1,4 @@
-"""alfrl.sft: expert trajectories are token-identical to what the chat template renders for the same
+"""alfrl.imitation.sft: expert trajectories are token-identical to what the chat template renders for the same
 conversation, their masks cover exactly the replies, and a fine-tuning step lowers the loss."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from alfrl.env import GroupEnv
-from alfrl.protocol import COMPLETED, EXECUTED, ChatFormat, tool_result_message
-from alfrl.scripted import expert_replies
-from alfrl.sft import SFTConfig, expert_trajectories, nll_loss
+from alfrl.agent.protocol import COMPLETED, EXECUTED, ChatFormat, tool_result_message
+from alfrl.imitation.sft import SFTConfig, expert_trajectories, nll_loss
+from alfrl.rl.scripted import expert_replies
+from alfrl.world.env import GroupEnv
 
 SPLIT = "train"
 
@@ -76,7 +76,7 @@ def test_a_fine_tuning_step_lowers_the_loss(policy, games):
 
 def _check_shipped(name: str, folder) -> None:
     """A shipped adapter: found by name, a few MB, and refused for another model with a clear error."""
-    from alfrl.models import check_adapter, resolve_adapter
+    from alfrl.agent.models import check_adapter, resolve_adapter
     assert resolve_adapter(name) == check_adapter(name) == folder
     assert (folder / "adapter_model.safetensors").stat().st_size < 6_000_000
     with pytest.raises(ValueError, match="bundled model"):
@@ -88,9 +88,9 @@ def test_the_shipped_warm_starts_play_valid_admissible_calls(tiny_games, name):
     """data/warmstart (``--init-adapter warmstart``), data/warmstart_expert and data/warmstart_epoch (the
     default): on a game they never saw, their greedy first replies are valid tool calls of admissible actions
     (the bare model makes none), the first of them the walkthroughs' ``look``."""
-    from alfrl.models import load_policy
-    from alfrl.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, WARM_START_DIR
-    from alfrl.rollout import RolloutConfig, rollout_group
+    from alfrl.agent.models import load_policy
+    from alfrl.base.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, WARM_START_DIR
+    from alfrl.rl.rollout import RolloutConfig, rollout_group
 
     _check_shipped(name, {"warmstart": WARM_START_DIR, "warmstart_expert": EXPERT_WARM_START_DIR,
                           "warmstart_epoch": EPOCH_WARM_START_DIR}[name])
@@ -107,10 +107,10 @@ def test_the_default_warm_start_continues_the_first():
     lora_B moved by 320 more walkthroughs (data/warmstart_expert, step 80) and again by the epoch's other 560."""
     from safetensors.torch import load_file
 
-    from alfrl.dagger import DaggerConfig
-    from alfrl.models import DEFAULT_WARM_START, resolve_adapter
-    from alfrl.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, WARM_START_DIR
-    from alfrl.train_config import TrainConfig
+    from alfrl.agent.models import DEFAULT_WARM_START, resolve_adapter
+    from alfrl.base.paths import EPOCH_WARM_START_DIR, EXPERT_WARM_START_DIR, WARM_START_DIR
+    from alfrl.imitation.dagger import DaggerConfig
+    from alfrl.training.train_config import TrainConfig
 
     assert DEFAULT_WARM_START == TrainConfig().init_adapter == DaggerConfig().init_adapter == "warmstart_epoch"
     assert resolve_adapter(DEFAULT_WARM_START) == EPOCH_WARM_START_DIR
@@ -129,9 +129,9 @@ def test_the_shipped_grpo_adapters_are_their_warm_start_moved_by_rl(tiny_games, 
     far, and still valid, admissible tool calls on a game they never saw."""
     from safetensors.torch import load_file
 
-    from alfrl.models import load_policy
-    from alfrl.paths import EPOCH_WARM_START_DIR, GRPO_DIR, SCALE_GRPO_DIR, WARM_START_DIR
-    from alfrl.rollout import RolloutConfig, rollout_group
+    from alfrl.agent.models import load_policy
+    from alfrl.base.paths import EPOCH_WARM_START_DIR, GRPO_DIR, SCALE_GRPO_DIR, WARM_START_DIR
+    from alfrl.rl.rollout import RolloutConfig, rollout_group
 
     folder, start = {"grpo": (GRPO_DIR, WARM_START_DIR), "grpo_scale": (SCALE_GRPO_DIR, EPOCH_WARM_START_DIR)}[name]
     _check_shipped(name, folder)
@@ -149,10 +149,10 @@ def test_the_shipped_grpo_adapters_are_their_warm_start_moved_by_rl(tiny_games, 
 def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_path):
     """python -m alfrl sft end to end on one tiny game: the adapter, one metrics line per step, and the same
     numbers in TensorBoard (--log tensorboard, the default)."""
-    from alfrl.checkpoint import read_jsonl
-    from alfrl.models import adapter_actions
-    from alfrl.sft import train_sft
-    from alfrl.tracking import read_tensorboard
+    from alfrl.agent.models import adapter_actions
+    from alfrl.base.checkpoint import read_jsonl
+    from alfrl.base.tracking import read_tensorboard
+    from alfrl.imitation.sft import train_sft
     out = tmp_path / "sft"
     adapter = train_sft(SFTConfig(out=str(out), data_dir=str(tiny_games.root), split=SPLIT, games=2, epochs=1,
                                   batch_size=1, lora_rank=4, lora_alpha=8, milestones="1", actions="first"),
@@ -177,8 +177,8 @@ def test_an_interrupted_fine_tune_resumes_to_the_same_adapter_and_metrics(policy
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
-    import alfrl.sft as sft
-    from alfrl.checkpoint import latest_checkpoint, read_jsonl
+    import alfrl.imitation.sft as sft
+    from alfrl.base.checkpoint import latest_checkpoint, read_jsonl
 
     g = torch.Generator().manual_seed(1)
     examples = [SimpleNamespace(tokens=torch.randint(100, 5000, (24,), generator=g).tolist(), mask=[0] * 16 + [1] * 8)
@@ -226,7 +226,7 @@ def test_sequences_alone_give_the_padded_micro_batchs_loss_and_gradient(policy):
     2 threads)."""
     from types import SimpleNamespace
 
-    from alfrl.ppo import micro_batches
+    from alfrl.rl.ppo import micro_batches
 
     g = torch.Generator().manual_seed(2)
     examples = [SimpleNamespace(tokens=torch.randint(100, 5000, (n,), generator=g).tolist(), mask=[0] * (n - 9) + [1] * 9)
@@ -245,7 +245,7 @@ def test_sequences_alone_give_the_padded_micro_batchs_loss_and_gradient(policy):
 
 
 def test_milestones_are_the_steps_that_reach_each_count():
-    from alfrl.sft import milestone_steps
+    from alfrl.imitation.sft import milestone_steps
     assert milestone_steps("1000,2000, 3000", 4, 3000) == {250: 1000, 500: 2000, 750: 3000}
     assert milestone_steps("5", 4, 10) == {2: 5}  # step 2 is the first after which 5 were trained on
     assert milestone_steps("", 4, 10) == {}
@@ -258,8 +258,8 @@ def test_milestones_are_the_steps_that_reach_each_count():
 def test_sft_games_join_a_second_folder_in_one_seeded_order(tiny_games, tmp_path):
     import shutil
 
-    from alfrl.games import load_games
-    from alfrl.sft import sft_games
+    from alfrl.imitation.sft import sft_games
+    from alfrl.world.games import load_games
     root = tiny_games.root
     one = SFTConfig(data_dir=str(root), split=SPLIT, games=3, seed=5)
     assert [g.game_id for g in sft_games(one)] == [g.game_id for g in load_games(SPLIT, root, seed=5, limit=3)]

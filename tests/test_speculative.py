@@ -1,5 +1,5 @@
-"""Speculative decoding by prompt lookup (alfrl.sampler, SampleConfig.draft_tokens) and the sampler's
-grouped-query attention (alfrl.attention): the same replies as plain decoding (greedy: token for token;
+"""Speculative decoding by prompt lookup (alfrl.agent.sampler, SampleConfig.draft_tokens) and the sampler's
+grouped-query attention (alfrl.agent.attention): the same replies as plain decoding (greedy: token for token;
 sampling: the same distribution), logprobs a full forward pass reproduces, rejected drafts unread."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from alfrl.attention import gqa_attention
-from alfrl.protocol import ChatFormat
-from alfrl.sampler import GroupSession, SampleConfig, lookup_draft, new_group_session
+from alfrl.agent.attention import gqa_attention
+from alfrl.agent.protocol import ChatFormat
+from alfrl.agent.sampler import GroupSession, SampleConfig, lookup_draft, new_group_session
 from test_sampler import ACTIONS, OBS, TASK, full_logprobs, play_group
 
 
@@ -111,7 +111,7 @@ def test_gqa_attention_equals_sdpa_with_holes(policy):
     batch: logits equal within 1e-4 (float32: the same products, summed in another order; through 30 layers
     that moved logits of up to 34 by 4e-5 on an AVX2 CPU, under 1e-5 on AVX-512; a wrong mask or hole
     moves them by whole units)."""
-    from alfrl.kvcache import GroupCache
+    from alfrl.agent.kvcache import GroupCache
     rows = [[1] + list(range(200, 260)), [1] + list(range(300, 330))]
     out = {}
     for name, use in (("sdpa", False), ("gqa", True)):
@@ -122,7 +122,7 @@ def test_gqa_attention_equals_sdpa_with_holes(policy):
         else:
             import contextlib
 
-            import alfrl.kvcache as kvcache
+            import alfrl.agent.kvcache as kvcache
             original = kvcache.gqa_attention
             kvcache.gqa_attention = lambda model: contextlib.nullcontext()
             try:

@@ -1,4 +1,4 @@
-"""alfrl.subgoals: subgoals read from PDDL goals by hand, checked on hand-made facts, and reached in
+"""alfrl.world.subgoals: subgoals read from PDDL goals by hand, checked on hand-made facts, and reached in
 order by ALFWorld's expert on every task type, on generated games and (when present) official ones."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import pytest
 
 from alfrl import TASK_TYPES
-from alfrl.engine import make_fast_engine
-from alfrl.games import load_games
-from alfrl.subgoals import Progress, State, Subgoal, game_subgoals, reached, subgoals
+from alfrl.world.engine import make_fast_engine
+from alfrl.world.games import load_games
+from alfrl.world.subgoals import Progress, State, Subgoal, game_subgoals, reached, subgoals
 
 CLEAN = """(define (problem plan) (:domain alfred) (:objects spoon_1 - object)
   (:init (objectType spoon_1 SpoonType))
@@ -105,7 +105,7 @@ def test_the_expert_reaches_every_subgoal_in_order_on_official_games(real_data_d
 def test_group_env_counts_each_copys_subgoals(tiny_games, workers):
     """In a GroupEnv, the copy that plays the walkthrough reaches every subgoal, in the steps the bare
     engine does; a copy that only looks around reaches none; a bad action leaves the count as it was."""
-    from alfrl.env import GroupEnv
+    from alfrl.world.env import GroupEnv
 
     game = next(g for g in tiny_games.games("valid_seen") if g.task_type == "pick_clean_then_place_in_recep")
     expected = expert_progress(game)
@@ -127,8 +127,8 @@ def test_group_env_counts_each_copys_subgoals(tiny_games, workers):
 
 def test_a_rollout_records_the_subgoals_reached(tiny_games):
     """An expert trajectory played through the real rollout records every subgoal of its game."""
-    from alfrl.models import load_policy
-    from alfrl.sft import SFTConfig, expert_trajectories
+    from alfrl.agent.models import load_policy
+    from alfrl.imitation.sft import SFTConfig, expert_trajectories
 
     games = [g for g in tiny_games.games("valid_seen") if g.task_type in ("pick_two_obj_and_place",
                                                                       "look_at_obj_in_light")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from alfrl.protocol import ChatFormat, ParsedReply, build_next_prompt, parse_reply, tool_result_message
+from alfrl.agent.protocol import ChatFormat, ParsedReply, build_next_prompt, parse_reply, tool_result_message
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"
 TASK, OBS, ACTIONS = "put a mug in cabinet", "You are in the middle of a room.", ["go to cabinet 1", "look"]
@@ -63,7 +63,7 @@ def template(name: str) -> str:
                                         ("reasoning_chatml", False), (QWEN3, False)],
                 ids=lambda p: p[0] + ("-thinking-off" if p[1] is False else ""))
 def fmt(request):
-    from alfrl.models import load_tokenizer
+    from alfrl.agent.models import load_tokenizer
     name, thinking = request.param
     tok = deepcopy(load_tokenizer())
     tok.chat_template = template(name)
@@ -124,7 +124,7 @@ def test_a_reply_cut_inside_its_thought_says_how_to_end_it():
 
 
 def test_the_thinking_switch_needs_a_template_that_has_one():
-    from alfrl.models import load_policy, load_tokenizer, thinking_switch
+    from alfrl.agent.models import load_policy, load_tokenizer, thinking_switch
     assert [thinking_switch(t) for t in ("auto", "on", "off")] == [None, True, False]
     with pytest.raises(ValueError, match="auto, on, off"):
         thinking_switch("maybe")

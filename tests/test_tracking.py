@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from alfrl import tracking
-from alfrl.tracking import Trackers, TrackerMissing, check_log, parse_log, read_tensorboard, scalars
+from alfrl.base import tracking
+from alfrl.base.tracking import Trackers, TrackerMissing, check_log, parse_log, read_tensorboard, scalars
 
 
 def test_log_names():

@@ -1,4 +1,4 @@
-"""alfrl.train: run directories, presets and flags, checkpoints, exact resume, and a real smoke run."""
+"""alfrl.training.train: run directories, presets and flags, checkpoints, exact resume, and a real smoke run."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from alfrl.checkpoint import RunDirError, checkpoints, prepare_run_dir, read_jsonl
-from alfrl.paths import REPO_ROOT
-from alfrl.protocol import ChatFormat
-from alfrl.scripted import ScriptedSession, expert_replies
-from alfrl.tracking import read_tensorboard, scalars
-from alfrl.train import (PRESETS, TrainConfig, check_config, games_at, games_for_update, play_update, preset,
-                         train, training_games)
+from alfrl.agent.protocol import ChatFormat
+from alfrl.base.checkpoint import RunDirError, checkpoints, prepare_run_dir, read_jsonl
+from alfrl.base.paths import REPO_ROOT
+from alfrl.base.tracking import read_tensorboard, scalars
+from alfrl.rl.scripted import ScriptedSession, expert_replies
+from alfrl.training.train import (PRESETS, TrainConfig, check_config, games_at, games_for_update, play_update, preset,
+                                  train, training_games)
 
 SPLIT = "valid_seen"
 
@@ -56,7 +56,7 @@ def test_cpu_preset_is_built_for_a_learning_signal():
     """The classroom preset: groups of 8 sampled at 0.6 from the warm start, dynamic sampling that keeps only
     groups with a win and a loss, the trainer's own old logprobs (bf16 where the CPU has it natively:
     test_precision); it passes its checks."""
-    from alfrl.train import check_config
+    from alfrl.training.train import check_config
     cpu = preset("cpu", bf16=True, prefill_dtype="bfloat16")  # as on a CPU with native bfloat16
     assert (cpu.init_adapter, cpu.k, cpu.games_per_update, cpu.temperature, cpu.dynamic_sampling, cpu.keep_groups,
             cpu.max_groups_per_update) == ("warmstart_epoch", 8, 2, 0.6, True, "win", 4)
@@ -93,7 +93,7 @@ def test_games_cycle_through_the_shuffled_list():
 
 def test_more_data_dir_follows_data_dir_in_its_own_order(tiny_games):
     """A run that outgrows its rooms plays a second folder's after them: the first folder's keep their places."""
-    from alfrl.games import load_games
+    from alfrl.world.games import load_games
 
     rooms = REPO_ROOT / "data/rl_rooms"
     config = replace(preset("cpu"), data_dir=str(tiny_games.root), more_data_dir=str(rooms), max_expert_steps=None,
@@ -120,7 +120,7 @@ def test_cli_help_lists_every_field():
 def expert_vs_junk(monkeypatch):
     """Branch 0 plays the expert's walkthrough, branch 1 junk: rewards differ, so every group trains.
     Logprobs are the policy's own (teacher forcing), so PPO ratios are real."""
-    import alfrl.rollout as rollout
+    import alfrl.rl.rollout as rollout
     original = rollout._play
 
     def play(policy, games, config, env, fmt, session, on_turn=None):
@@ -268,7 +268,7 @@ def test_cli_smoke_run_with_the_real_model(tmp_path, tiny_games):
 def _fake_groups(spread_games: set[str]):
     """A stand-in for rollout_batch (a unit test of the sampling logic): a group of game g has a win and a
     loss when g is in ``spread_games``, two equal losses otherwise."""
-    from alfrl.rollout import Trajectory
+    from alfrl.rl.rollout import Trajectory
 
     def play(policy, games, config, progress=True):
         def traj(game, won):
@@ -281,7 +281,7 @@ def _fake_groups(spread_games: set[str]):
 
 
 def test_dynamic_sampling_replaces_groups_without_spread_and_the_cap_holds(monkeypatch):
-    import alfrl.train as train_module
+    import alfrl.training.train as train_module
     games = list("abcdefgh")
     monkeypatch.setattr(train_module, "rollout_batch", _fake_groups({"b", "e", "f"}))
     config = TrainConfig(games_per_update=2, groups_per_batch=2, k=2, dynamic_sampling=True, max_groups_per_update=8)
@@ -303,7 +303,7 @@ def test_dynamic_sampling_replaces_groups_without_spread_and_the_cap_holds(monke
 
 
 def test_dynamic_sampling_counts_dropped_groups_in_the_metrics(monkeypatch, tmp_path):
-    import alfrl.train as train_module
+    import alfrl.training.train as train_module
     monkeypatch.setattr(train_module, "rollout_batch", _fake_groups({"b"}))
     monkeypatch.setattr(train_module, "ppo_update", lambda policy, optimizer, trajectories, config: [])
     config = TrainConfig(games_per_update=1, groups_per_batch=1, k=2, dynamic_sampling=True, max_groups_per_update=4)
@@ -315,8 +315,8 @@ def test_dynamic_sampling_counts_dropped_groups_in_the_metrics(monkeypatch, tmp_
 
 
 def test_dynamic_sampling_can_keep_only_groups_with_a_win_and_a_loss(monkeypatch):
-    import alfrl.train as train_module
-    from alfrl.train import teaches
+    import alfrl.training.train as train_module
+    from alfrl.training.train import teaches
     monkeypatch.setattr(train_module, "rollout_batch", _fake_groups({"c"}))
     config = TrainConfig(games_per_update=1, groups_per_batch=1, k=2, dynamic_sampling=True, max_groups_per_update=4,
                          keep_groups="win")
@@ -328,7 +328,7 @@ def test_dynamic_sampling_can_keep_only_groups_with_a_win_and_a_loss(monkeypatch
 
 
 def test_a_run_on_a_pool_replays_its_practised_game_and_never_a_control(tmp_path, tiny_games, expert_vs_junk):
-    from alfrl.practice import visit_curves
+    from alfrl.eval.practice import visit_curves
     games = [g.game_id for g in tiny_games.games(SPLIT)]
     pool = tmp_path / "pool.json"
     pool.write_text(json.dumps({"practice": games[:1], "control": games[1:3]}))

@@ -1,4 +1,4 @@
-"""The bridge to TRL's GRPOTrainer (alfrl.trl_bridge): its pieces on hand-built data, then real trainer steps
+"""The bridge to TRL's GRPOTrainer (alfrl.training.trl_bridge): its pieces on hand-built data, then real trainer steps
 on the real engine and the bundled model (slow), on one process and on two (accelerate, gloo)."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from alfrl.advantage import AdvantageConfig, assign_advantages, episode_reward as course_episode_reward
-from alfrl.advantage import group_advantages
-from alfrl.games import load_games
-from alfrl.train_config import preset
-from alfrl.trajectory import Trajectory, Turn
+from alfrl.rl.advantage import AdvantageConfig, assign_advantages, episode_reward as course_episode_reward
+from alfrl.rl.advantage import group_advantages
+from alfrl.rl.trajectory import Trajectory, Turn
+from alfrl.training.train_config import preset
+from alfrl.world.games import load_games
 
 trl = pytest.importorskip("trl", reason="the TRL bridge needs the optional extra: pip install -e '.[trl]' "
                                         "(scripts/test.sh installs it)")
-from alfrl import trl_bridge  # noqa: E402 (after the skip)
+from alfrl.training import trl_bridge  # noqa: E402 (after the skip)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 POOL = json.loads((REPO_ROOT / "data/results/warmstart_epoch_pool.json").read_text())["practice"]
@@ -195,8 +195,8 @@ def test_a_step_moves_the_lora_weights_exactly_when_its_group_has_a_spread(two_s
 @pytest.mark.slow
 def test_trl_step_equals_the_course_step_on_the_same_episodes(two_steps):
     """The course's ppo_step on the episodes TRL trained on, from the same weights: the same loss gradient."""
-    from alfrl.ppo import make_optimizer, ppo_step
-    from alfrl.train import load_for_training
+    from alfrl.rl.ppo import make_optimizer, ppo_step
+    from alfrl.training.train import load_for_training
     config = two_steps["config"]
     step = next(i for i, p in enumerate(two_steps["played"]) if len({course_episode_reward(t) for t in p[0]}) > 1)
     policy = load_for_training(config)
@@ -233,9 +233,9 @@ def test_two_processes_split_the_groups_and_take_the_one_process_step(tmp_path):
     # --multi_gpu is accelerate's name for its torchrun launcher; with no GPU, each process runs on the CPU (gloo).
     # (--cpu with several processes needs MPI, and without it launches one process.)
     subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision",
-                    "no", "--dynamo_backend", "no", "-m", "alfrl.trl_bridge", "--output-dir", str(two), *common],
+                    "no", "--dynamo_backend", "no", "-m", "alfrl.training.trl_bridge", "--output-dir", str(two), *common],
                    check=True, env=env, cwd=REPO_ROOT)
-    subprocess.run([sys.executable, "-m", "alfrl.trl_bridge", "--output-dir", str(one), *common], check=True,
+    subprocess.run([sys.executable, "-m", "alfrl.training.trl_bridge", "--output-dir", str(one), *common], check=True,
                    env=env, cwd=REPO_ROOT)
     ranks = [json.loads((two / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["games"][0] != ranks[1]["games"][0]  # each rank played its own group

@@ -1,4 +1,4 @@
-"""alfrl.viewer: every token's role on real (scripted) rollouts, and the HTML drawn from them."""
+"""alfrl.rl.viewer: every token's role on real (scripted) rollouts, and the HTML drawn from them."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from copy import deepcopy
 
 import pytest
 
-from alfrl.env import GroupEnv
-from alfrl.protocol import EXECUTED, ChatFormat, tool_result_message
-from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.scripted import ScriptedSession, expert_replies, tool_call as call
-from alfrl.viewer import ROLES, SNAPSHOT_NOTE, browse, template_parts, token_roles, trajectory_html, with_snapshot
+from alfrl.agent.protocol import EXECUTED, ChatFormat, tool_result_message
+from alfrl.rl.rollout import RolloutConfig, rollout_group
+from alfrl.rl.scripted import ScriptedSession, expert_replies, tool_call as call
+from alfrl.rl.viewer import ROLES, SNAPSHOT_NOTE, browse, template_parts, token_roles, trajectory_html, with_snapshot
+from alfrl.world.env import GroupEnv
 
 SPLIT = "valid_seen"
 PICK = "pick_and_place_simple"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from alfrl.sampler import SampleConfig, new_group_session
-from alfrl.vllm_engine import VLLMEngine, VLLMSession, completion_body, request_seed, sample_from_choice
+from alfrl.agent.sampler import SampleConfig, new_group_session
+from alfrl.agent.vllm_engine import VLLMEngine, VLLMSession, completion_body, request_seed, sample_from_choice
 
 STOP = {2, 7}
 
@@ -87,7 +87,7 @@ def test_a_request_carries_token_ids_stop_ids_seed_and_the_sampled_tokens_logpro
 def test_the_server_takes_no_sampling_defaults_from_the_models_generation_config(tmp_path, monkeypatch):
     """A model's generation_config.json (Qwen3's: top_k 20) must not reach the sampler: the server is told to
     use vLLM's own neutral defaults, and every request names its settings anyway."""
-    import alfrl.vllm_engine as engine
+    import alfrl.agent.vllm_engine as engine
     monkeypatch.setattr(engine, "missing_reason", lambda venv=None: None)
     command = engine.VLLMServer(tmp_path, venv=tmp_path).command()
     assert command[command.index("--generation-config") + 1] == "vllm"
@@ -141,7 +141,7 @@ def test_a_policy_with_an_engine_gets_its_sessions_from_it(fake, policy):
 def test_the_served_adapter_changes_only_when_the_weights_do(fake, policy, tmp_path):
     from dataclasses import replace
 
-    from alfrl.vllm_engine import serve_weights
+    from alfrl.agent.vllm_engine import serve_weights
     on_vllm = replace(policy, engine=fake)
     serve_weights(on_vllm, tmp_path, 0)  # before update 1's rollouts
     serve_weights(on_vllm, tmp_path, 0)  # an evaluation of the same weights: nothing to load
@@ -152,7 +152,7 @@ def test_the_served_adapter_changes_only_when_the_weights_do(fake, policy, tmp_p
 
 
 def test_a_vllm_training_config_that_cannot_work_is_refused(tmp_path):
-    from alfrl.train_config import TrainConfig, check_config
+    from alfrl.training.train_config import TrainConfig, check_config
     with pytest.raises(ValueError, match="--sampler must be builtin or vllm"):
         check_config(TrainConfig(sampler="sglang", init_adapter=None))
     with pytest.raises(ValueError, match="--old-logprobs trainer"):
@@ -162,14 +162,14 @@ def test_a_vllm_training_config_that_cannot_work_is_refused(tmp_path):
 
 
 def test_the_server_is_sized_to_the_adapters_rank(policy):
-    from alfrl.vllm_engine import lora_rank
+    from alfrl.agent.vllm_engine import lora_rank
     assert lora_rank(policy) == 8  # the fixture's rank 4, rounded up to the smallest rank vLLM takes
 
 
 def test_the_servers_gpu_settings_come_from_the_training_flags(policy, tmp_path, monkeypatch):
     """Memory share, tensor parallelism, the server's own GPUs and its rows reach the command and its environment."""
-    import alfrl.vllm_engine as engine
-    from alfrl.train import TrainConfig
+    import alfrl.agent.vllm_engine as engine
+    from alfrl.training.train import TrainConfig
     monkeypatch.setattr(engine, "missing_reason", lambda venv=None: None)
     config = TrainConfig(sampler="vllm", k=8, groups_per_batch=2, vllm_gpu_memory=0.9, vllm_tensor_parallel=2,
                          vllm_gpus="2,3", init_adapter=None)
@@ -188,15 +188,15 @@ def test_the_servers_gpu_settings_come_from_the_training_flags(policy, tmp_path,
 def test_an_external_server_is_attached_not_started(fake, policy):
     from copy import copy
 
-    from alfrl.train import TrainConfig
-    from alfrl.vllm_engine import start_for
+    from alfrl.agent.vllm_engine import start_for
+    from alfrl.training.train import TrainConfig
     mine = copy(policy)
     assert start_for(mine, TrainConfig(sampler="vllm", vllm_url=fake.url + "/", init_adapter=None), "unused.log") is None
     assert mine.engine.url == fake.url
 
 
 def test_server_flags_without_vllm_are_refused():
-    from alfrl.train import TrainConfig, check_config
+    from alfrl.training.train import TrainConfig, check_config
     for flags in ({"vllm_url": "http://gpu1:8000"}, {"vllm_lockstep": True}):
         with pytest.raises(ValueError, match="add --sampler vllm"):
             check_config(TrainConfig(**flags, init_adapter=None))
@@ -213,7 +213,7 @@ def test_a_failed_request_is_retried_and_a_bad_one_is_not(fake):
     sample = engine.complete([5], SampleConfig(temperature=0.6, max_new_tokens=8), STOP, seed=1)
     assert sample.tokens == [6, 7, 7] and len([r for r in FakeVLLM.requests if r[0] == "/v1/completions"]) == 3
     FakeVLLM.failures = 3  # one more than the retries
-    from alfrl.vllm_engine import ServerUnreachable
+    from alfrl.agent.vllm_engine import ServerUnreachable
     with pytest.raises(ServerUnreachable, match="failed 3 times"):
         engine.complete([5], SampleConfig(temperature=0.6, max_new_tokens=8), STOP, seed=1)
     engine.load_adapter("/tmp/a")
@@ -225,7 +225,7 @@ def test_a_failed_request_is_retried_and_a_bad_one_is_not(fake):
 def test_a_dead_server_is_replaced_and_served_the_current_adapter(fake, tmp_path):
     """The first server stops answering: the engine asks for a new one, loads the adapter it was serving under a
     new name, and sends the completion again with the same seed."""
-    from alfrl.vllm_engine import free_port
+    from alfrl.agent.vllm_engine import free_port
     restarts = []
 
     def revive() -> str:
@@ -248,7 +248,7 @@ def test_a_server_dies_with_the_process_that_started_it(tmp_path):
 
     starter = subprocess.Popen([sys.executable, "-c", (
         "import os, subprocess, sys, time\n"
-        "from alfrl.vllm_engine import spawn\n"
+        "from alfrl.agent.vllm_engine import spawn\n"
         "server = spawn([sys.executable, '-c', 'import time; time.sleep(300)'], subprocess.DEVNULL, dict(os.environ))\n"
         "print(server.pid, flush=True)\n"
         "time.sleep(300)\n")], stdout=subprocess.PIPE, text=True)
@@ -266,7 +266,7 @@ def test_a_server_restarted_from_a_request_thread_outlives_that_thread_not_its_t
 
     starter = subprocess.Popen([sys.executable, "-c", (
         "import os, subprocess, sys, threading, time\n"
-        "from alfrl.vllm_engine import spawn\n"
+        "from alfrl.agent.vllm_engine import spawn\n"
         "pids = []\n"
         "def restart():\n"
         "    pids.append(spawn([sys.executable, '-c', 'import time; time.sleep(300)'], subprocess.DEVNULL,\n"
@@ -319,8 +319,8 @@ class StandInEngine:
         import random
         import time
 
-        from alfrl.sampler import Sample
-        from alfrl.scripted import tool_call
+        from alfrl.agent.sampler import Sample
+        from alfrl.rl.scripted import tool_call
         rng = random.Random(seed)
         branch = next(b for b, s in self.seeds.items() if seed in {request_seed(s, n) for n in range(50)})
         with self.lock:
@@ -345,7 +345,7 @@ class StandInEngine:
 
 
 def test_rows_without_a_barrier_play_the_same_episodes_and_do_not_wait_for_each_other(policy, tiny_games):
-    from alfrl.rollout import RolloutConfig, rollout_group
+    from alfrl.rl.rollout import RolloutConfig, rollout_group
     game = tiny_games.games("valid_seen")[0]
     config = RolloutConfig(k=3, max_steps=4, max_new_tokens=40, max_trajectory_tokens=2000, workers=0, seed=5)
     played = {}
@@ -375,7 +375,7 @@ def test_stopping_a_server_whose_api_process_was_killed_ends_the_rest_of_its_gro
     import subprocess
     import time
 
-    from alfrl.vllm_engine import VLLMServer, spawn
+    from alfrl.agent.vllm_engine import VLLMServer, spawn
     pid_file = tmp_path / "core.pid"
     leader = ("import subprocess, sys, time\n"
               "core = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"

@@ -12,10 +12,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from alfrl.models import load_policy, resolve_adapter, resolve_model, save_adapter
-from alfrl.logprobs import sequence_logprobs
-from alfrl.rollout import RolloutConfig, rollout_group
-from alfrl.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, missing_reason
+from alfrl.agent.models import load_policy, resolve_adapter, resolve_model, save_adapter
+from alfrl.agent.vllm_engine import VLLMConfig, VLLMEngine, VLLMServer, missing_reason
+from alfrl.rl.logprobs import sequence_logprobs
+from alfrl.rl.rollout import RolloutConfig, rollout_group
 
 pytestmark = pytest.mark.skipif(missing_reason() is not None, reason=str(missing_reason()))
 
@@ -93,7 +93,7 @@ def test_after_an_update_vllm_serves_the_new_adapter_under_a_new_name(engine, wa
 def test_a_training_run_samples_on_vllm_and_serves_each_updates_adapter(tiny_games, tmp_path):
     import json
 
-    from alfrl.train import TrainConfig, train
+    from alfrl.training.train import TrainConfig, train
 
     config = TrainConfig(run_dir=str(tmp_path / "run"), data_dir=str(tiny_games.root), split="valid_seen",
                          updates=2, games_per_update=2, k=4, max_steps=4, max_new_tokens=48, temperature=1.0,
@@ -185,7 +185,7 @@ def test_a_sigkilled_trainer_takes_its_server_down_and_resumes_where_it_stopped(
     with open(log, "w") as out:
         trainer = subprocess.Popen([sys.executable, "-c", (
             "import json, sys\n"
-            "from alfrl.train import TrainConfig, train\n"
+            "from alfrl.training.train import TrainConfig, train\n"
             "train(TrainConfig(**json.loads(sys.argv[1])), progress=False)\n"), json.dumps(config)],
             stdout=out, stderr=subprocess.STDOUT)
     deadline, group = time.monotonic() + 900, None

@@ -4,7 +4,7 @@
 - :func:`check_play_group`: play K copies of one game, each its own script, and report won, done,
   steps and invalid commands per copy.
 
-The right answers come from :class:`alfrl.env.GroupEnv` (ALFWorld's engine, in its fast form).
+The right answers come from :class:`alfrl.world.env.GroupEnv` (ALFWorld's engine, in its fast form).
 Every check prints what is wrong, or ✓, returns a bool, and never raises.
 """
 
@@ -21,7 +21,7 @@ JUNK = "fly to the moon"
 
 def _games(split: str, data_dir, n: int):
     """The ``n`` games of ``split`` cheapest to replay (few receptacles, short walkthrough; at least 4 commands)."""
-    from alfrl.games import load_games
+    from alfrl.world.games import load_games
 
     games = [g for g in load_games(split, data_dir) if len(g.walkthrough) >= 4]
     return sorted(games, key=lambda g: (max(g.receptacles, 1) * len(g.walkthrough), g.game_id))[:n]
@@ -32,7 +32,7 @@ def winners(game, prefix: list[str]) -> list[str]:
 
     One copy per admissible command, all in one GroupEnv: each copy replays ``prefix``, then tries its command.
     """
-    from alfrl.env import GroupEnv
+    from alfrl.world.env import GroupEnv
 
     with GroupEnv(k=1, max_steps=len(prefix) + 1, workers=0) as env:
         env.reset(game)
@@ -98,7 +98,7 @@ def check_winning_commands(fn: Callable, split: str = "valid_seen", data_dir=Non
 def group_outcomes(game, scripts: list[list[str]], max_steps: int) -> list[dict]:
     """The package's answer: each copy plays its script until it is done (won or out of steps) or
     the script runs out; per copy ``won``, ``done``, ``steps`` and ``invalid`` (inadmissible commands)."""
-    from alfrl.env import GroupEnv
+    from alfrl.world.env import GroupEnv
 
     with GroupEnv(k=len(scripts), max_steps=max_steps, workers=0) as env:
         env.reset(game)

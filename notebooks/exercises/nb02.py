@@ -3,9 +3,9 @@
 - :func:`check_reply_tokens`: the tokens a model must sample to play an action: one tool call, then the
   end-of-turn token (what the expert warm start teaches the model to write).
 - :func:`check_next_prompt`: turn t+1's prompt built from turn t's by prefix extension, token for token
-  as :func:`alfrl.protocol.build_next_prompt` builds it.
+  as :func:`alfrl.agent.protocol.build_next_prompt` builds it.
 - :func:`check_expert_nll`: the imitation loss, the mean negative log-likelihood of the expert's reply tokens
-  (mask 1), as :func:`alfrl.sft.nll_loss` computes it (checked on random logits, no model loaded).
+  (mask 1), as :func:`alfrl.imitation.sft.nll_loss` computes it (checked on random logits, no model loaded).
 
 Both use the bundled model's tokenizer (or the ``fmt`` passed in). Every check prints what is wrong,
 or ✓, returns a bool, and never raises.
@@ -21,16 +21,16 @@ from exercises import attempt, verdict
 def _fmt(fmt=None):
     if fmt is not None:
         return fmt
-    from alfrl.models import load_tokenizer
-    from alfrl.protocol import ChatFormat
+    from alfrl.agent.models import load_tokenizer
+    from alfrl.agent.protocol import ChatFormat
 
     return ChatFormat(load_tokenizer())
 
 
 def _game_start(split: str, data_dir):
     """A real game: (game, its shared start, the result of the expert's first move)."""
-    from alfrl.env import GroupEnv
-    from alfrl.games import load_games
+    from alfrl.world.env import GroupEnv
+    from alfrl.world.games import load_games
 
     game = load_games(split, data_dir)[0]
     with GroupEnv(k=1, max_steps=3, workers=0) as env:
@@ -53,8 +53,8 @@ def check_reply_tokens(fn: Callable, fmt=None) -> bool:
     """Check ``fn(fmt, action) -> list[int]``: a reply the parser reads as ``action``, ended by the end-of-turn
     token, whose text tokens are the tokenizer's own encoding of that text."""
     try:
-        from alfrl.protocol import canonical_action, parse_reply
-        from alfrl.sampler import stop_ids
+        from alfrl.agent.protocol import canonical_action, parse_reply
+        from alfrl.agent.sampler import stop_ids
 
         fmt = _fmt(fmt)
         tok = fmt.tokenizer
@@ -99,8 +99,8 @@ def check_reply_tokens(fn: Callable, fmt=None) -> bool:
 def prompt_cases(fmt, split: str = "valid_seen", data_dir=None) -> list[dict]:
     """Turns to extend, with the package's answer: a reply that stopped on the end-of-turn token, one cut
     off by the token budget, one whose tokens do not re-encode to themselves, and a third turn."""
-    from alfrl.protocol import EXECUTED, build_next_prompt, tool_result_message
-    from alfrl.scripted import tool_call
+    from alfrl.agent.protocol import EXECUTED, build_next_prompt, tool_result_message
+    from alfrl.rl.scripted import tool_call
 
     game, start, step = _game_start(split, data_dir)
     messages = fmt.messages(game.goal, start.observation, start.admissible_commands)
@@ -194,7 +194,7 @@ def _nll(logits, tokens, mask, shift: bool = True, masked: bool = True, mean: bo
 
 def check_expert_nll(expert_nll: Callable) -> bool:
     """``expert_nll(logits, tokens, mask)``: the mean negative log-likelihood of the tokens with mask 1 (the
-    expert's reply tokens), each predicted by the logits one position before it; as ``alfrl.sft.nll_loss``."""
+    expert's reply tokens), each predicted by the logits one position before it; as ``alfrl.imitation.sft.nll_loss``."""
     import torch
     hints = [(dict(shift=False), "the logits at position t predict token t + 1: score token t with logits[t - 1] "
               "(logits[:-1] against tokens[1:] and mask[1:])"),
@@ -220,4 +220,4 @@ def check_expert_nll(expert_nll: Callable) -> bool:
         if not got.requires_grad:
             problems.append("the loss has no gradient: compute it with torch operations from the logits")
             break
-    return verdict(problems, "expert_nll is the mean negative log-likelihood of the reply tokens, as alfrl.sft's")
+    return verdict(problems, "expert_nll is the mean negative log-likelihood of the reply tokens, as alfrl.imitation.sft's")

@@ -1,6 +1,6 @@
 """Notebook 03's exercises: one turn of the group loop, and what a group's outcome says.
 
-Both checks are cheap: scripted replies (:class:`alfrl.scripted.ScriptedSession`) in a real game,
+Both checks are cheap: scripted replies (:class:`alfrl.rl.scripted.ScriptedSession`) in a real game,
 and hand-built trajectories; no model is loaded (only its tokenizer, for the chat template).
 """
 
@@ -12,19 +12,19 @@ from collections.abc import Callable
 from exercises import attempt, verdict
 
 SUMMARY_KEYS = ("success", "reward", "invalid_per_episode", "valid_format_rate", "admissible_rate")
-"""What ``group_summary`` returns: the same keys, and values, as ``alfrl.advantage.batch_stats``."""
+"""What ``group_summary`` returns: the same keys, and values, as ``alfrl.rl.advantage.batch_stats``."""
 
 
 def _small_game():
     """The smallest of valid_unseen's first 20 games (shortest walkthrough), as notebook 03 picks one."""
-    from alfrl.games import load_games
+    from alfrl.world.games import load_games
     return min(load_games("valid_unseen")[:20], key=lambda g: len(g.walkthrough))
 
 
 def _scripts(game) -> dict[int, list[str]]:
     """Four branches: the expert (wins), two mistakes then the expert (wins two turns later), a valid
     look alternating with broken JSON (runs out of steps), and prose only (bad format every turn)."""
-    from alfrl.scripted import expert_replies, tool_call
+    from alfrl.rl.scripted import expert_replies, tool_call
     walk = list(game.walkthrough)
     return {0: expert_replies(game),
             1: ["I will look around first.", tool_call("fly to the moon")] + expert_replies(game),
@@ -35,10 +35,10 @@ def _scripts(game) -> dict[int, list[str]]:
 def play_with_one_turn(one_turn: Callable, policy_tokenizer, game, scripts: dict[int, list[str]],
                        max_steps: int) -> list[dict]:
     """Drive the learner's ``one_turn`` until no branch is live, the way notebook 03's loop does."""
-    from alfrl.env import GroupEnv
-    from alfrl.protocol import ChatFormat
-    from alfrl.sampler import SampleConfig
-    from alfrl.scripted import ScriptedSession
+    from alfrl.agent.protocol import ChatFormat
+    from alfrl.agent.sampler import SampleConfig
+    from alfrl.rl.scripted import ScriptedSession
+    from alfrl.world.env import GroupEnv
 
     fmt = ChatFormat(policy_tokenizer)
     k = len(scripts)
@@ -60,12 +60,12 @@ def play_with_one_turn(one_turn: Callable, policy_tokenizer, game, scripts: dict
 
 def check_one_turn(one_turn: Callable) -> bool:
     """``one_turn(session, env, branches, live, cfg, fmt)`` plays one turn of the live branches and returns
-    those still live. Compared with ``alfrl.rollout.rollout_group`` on the same scripted replies."""
+    those still live. Compared with ``alfrl.rl.rollout.rollout_group`` on the same scripted replies."""
     try:
-        from alfrl.models import load_tokenizer
-        from alfrl.protocol import ChatFormat
-        from alfrl.rollout import RolloutConfig, rollout_group
-        from alfrl.scripted import ScriptedSession
+        from alfrl.agent.models import load_tokenizer
+        from alfrl.agent.protocol import ChatFormat
+        from alfrl.rl.rollout import RolloutConfig, rollout_group
+        from alfrl.rl.scripted import ScriptedSession
 
         tokenizer = load_tokenizer()
         game = _small_game()
@@ -122,7 +122,7 @@ def check_one_turn(one_turn: Callable) -> bool:
 
 def _trajectory(won: bool, turns: list[tuple[bool, bool]], end: str | None = None, branch: int = 0):
     """A hand-built trajectory: ``turns`` as (valid_format, admissible) pairs; the last is the win if won."""
-    from alfrl.rollout import Trajectory, Turn
+    from alfrl.rl.rollout import Trajectory, Turn
     made = [Turn(reply="", action="look" if fmt_ok else None, valid_format=fmt_ok, admissible=fmt_ok and ok,
                  reason="" if fmt_ok and ok else "invalid", observation="", sampled=1, stopped_on="eos")
             for fmt_ok, ok in turns]
@@ -147,8 +147,8 @@ def summary_cases() -> list[list]:
 
 def check_group_summary(group_summary: Callable) -> bool:
     """``group_summary(group)`` returns success, reward, invalid_per_episode, valid_format_rate and
-    admissible_rate of one group, as ``alfrl.advantage.batch_stats([group])`` does."""
-    from alfrl.advantage import batch_stats
+    admissible_rate of one group, as ``alfrl.rl.advantage.batch_stats([group])`` does."""
+    from alfrl.rl.advantage import batch_stats
     hints = {"success": "the share of branches with won=True (ending is not winning)",
              "reward": "the mean of won - 0.1 x invalid over the branches",
              "invalid_per_episode": "the mean of t.invalid over the branches",
@@ -167,4 +167,4 @@ def check_group_summary(group_summary: Callable) -> bool:
                 problems.append(f"group {i}: no {key!r} in your dict")
             elif not isinstance(mine[key], (int, float)) or not math.isclose(mine[key], theirs[key], abs_tol=1e-9):
                 problems.append(f"group {i}: {key} is {mine[key]!r}, expected {theirs[key]:.4g}: {hints[key]}")
-    return verdict(problems, "group_summary agrees with alfrl.advantage.batch_stats on every group")
+    return verdict(problems, "group_summary agrees with alfrl.rl.advantage.batch_stats on every group")

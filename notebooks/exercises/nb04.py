@@ -2,7 +2,7 @@
 between logits and the tokens they predict.
 
 Both checks are cheap: hand-built trajectories, and a tiny random model (a few thousand weights) for the
-shift; the answers come from ``alfrl.advantage`` and ``alfrl.ppo.sequence_logprobs``.
+shift; the answers come from ``alfrl.rl.advantage`` and ``alfrl.rl.ppo.sequence_logprobs``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from exercises import attempt, verdict
 
 
 def _trajectory(won: bool, invalid: int, mask: list[int], branch: int = 0):
-    from alfrl.rollout import Trajectory
+    from alfrl.rl.rollout import Trajectory
     return Trajectory(game_id="g", task_type="t", branch=branch, seed=0, tokens=list(range(len(mask))), mask=mask,
                       logprobs=[0.0] * len(mask), turns=[], won=won, steps=3, invalid=invalid,
                       end_reason="won" if won else "max_steps", prompt_tokens=0, prefilled=0, sampled=sum(mask),
@@ -38,8 +38,8 @@ def advantage_cases() -> dict[str, list]:
 def check_group_token_advantages(group_token_advantages: Callable) -> bool:
     """``group_token_advantages(group)`` returns, per trajectory, one float per token: the trajectory's
     advantage (reward - the group's mean reward, reward = won - 0.1 x invalid) where its mask is 1, 0
-    elsewhere. Compared with ``alfrl.advantage.assign_advantages`` + ``token_advantages``."""
-    from alfrl.advantage import assign_advantages, token_advantages
+    elsewhere. Compared with ``alfrl.rl.advantage.assign_advantages`` + ``token_advantages``."""
+    from alfrl.rl.advantage import assign_advantages, token_advantages
     problems = []
     for name, group in advantage_cases().items():
         theirs_group = copy.deepcopy(group)
@@ -66,7 +66,7 @@ def check_group_token_advantages(group_token_advantages: Callable) -> bool:
                 hint = ("every branch of a degenerate group (all rewards equal) has advantage 0"
                         if all(y == 0 for y in b) else "the advantage is the reward minus the group's mean reward")
                 problems.append(f"{who}: your sampled tokens get {got}, expected {t.advantage:+.3f}: {hint}")
-    return verdict(problems, "per-token advantages agree with alfrl.advantage on every group")
+    return verdict(problems, "per-token advantages agree with alfrl.rl.advantage on every group")
 
 
 # --- the shift ------------------------------------------------------------------------------------
@@ -84,11 +84,11 @@ def _tiny_model():
 def check_token_logprobs(token_logprobs: Callable) -> bool:
     """``token_logprobs(logits, tokens)``: logits of shape [T, vocab] from one forward pass over ``tokens``
     (length T); returns the T log-probabilities log p(token_i | tokens before i), 0 at position 0.
-    Compared with ``alfrl.ppo.sequence_logprobs``, the function the PPO update uses."""
+    Compared with ``alfrl.rl.ppo.sequence_logprobs``, the function the PPO update uses."""
     try:
         import torch
 
-        from alfrl.logprobs import sequence_logprobs
+        from alfrl.rl.logprobs import sequence_logprobs
         model = _tiny_model()
         gen = torch.Generator().manual_seed(1)
         sequences = [torch.randint(0, 40, (n,), generator=gen).tolist() for n in (12, 5, 2)]
@@ -122,4 +122,4 @@ def check_token_logprobs(token_logprobs: Callable) -> bool:
         else:
             i = int((mine - theirs).abs().argmax())
             problems.append(f"{len(tokens)} tokens: position {i} is {float(mine[i]):.4f}, expected {float(theirs[i]):.4f}")
-    return verdict(problems, "token_logprobs agrees with alfrl.ppo.sequence_logprobs, shift included")
+    return verdict(problems, "token_logprobs agrees with alfrl.rl.ppo.sequence_logprobs, shift included")

@@ -1,16 +1,16 @@
 """Checks for notebook 05's exercises: the clipped loss, which tokens stop pulling, a LoRA layer, and one
 policy-gradient step.
 
-The right answers come from the package and the libraries it uses: ``alfrl.ppo.ppo_token_loss`` (the loss the
+The right answers come from the package and the libraries it uses: ``alfrl.rl.ppo.ppo_token_loss`` (the loss the
 course trains with) and autograd on it (which tokens get no gradient), peft's LoRA layer, and
-``alfrl.ppo.ppo_step`` (the step ``alfrl.train`` takes), so the exercises cannot drift from the package.
+``alfrl.rl.ppo.ppo_step`` (the step ``alfrl.training.train`` takes), so the exercises cannot drift from the package.
 """
 
 from __future__ import annotations
 
 import torch
 
-from alfrl.ppo import ppo_token_loss
+from alfrl.rl.ppo import ppo_token_loss
 
 from . import attempt, verdict
 
@@ -34,7 +34,7 @@ def _batch(seed: int, rows: int = 4, length: int = 30):
 
 
 def _expected(new, old, adv, mask, low, high):
-    """The course's batch loss (what ``alfrl.ppo.ppo_step`` minimises) and its gradient."""
+    """The course's batch loss (what ``alfrl.rl.ppo.ppo_step`` minimises) and its gradient."""
     new = new.detach().clone().requires_grad_(True)
     per_token, _ = ppo_token_loss(new, old, adv, low, high)
     loss = (per_token * mask).sum() / mask.sum()
@@ -74,7 +74,7 @@ def _diagnose(value: float, new, old, adv, mask, low, high) -> str | None:
 
 def check_clipped_loss(clipped_loss) -> bool:
     """``clipped_loss(new_logp, old_logp, adv, mask, low, high)``: the batch's token-mean clipped loss,
-    against alfrl.ppo's on random batches with three clip ranges: its value and its gradient."""
+    against alfrl.rl.ppo's on random batches with three clip ranges: its value and its gradient."""
     problems = []
     for seed, (low, high) in enumerate(CLIP_RANGES):
         new, old, adv, mask = _batch(seed)
@@ -102,9 +102,9 @@ def check_clipped_loss(clipped_loss) -> bool:
             continue
         (grad,) = torch.autograd.grad(got, mine_new, allow_unused=True)
         if grad is None or not torch.allclose(grad, expected_grad, atol=1e-6):
-            problems.append(f"clip ({low}, {high}): the value is right but its gradient is not alfrl.ppo's "
+            problems.append(f"clip ({low}, {high}): the value is right but its gradient is not alfrl.rl.ppo's "
                             "(is the clip applied with torch.clamp on the ratio?)")
-    return verdict(problems, "the batch loss equals alfrl.ppo's (value and gradient), for three clip ranges")
+    return verdict(problems, "the batch loss equals alfrl.rl.ppo's (value and gradient), for three clip ranges")
 
 
 def _stopped_by_autograd(ratio: torch.Tensor, adv: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -117,7 +117,7 @@ def _stopped_by_autograd(ratio: torch.Tensor, adv: torch.Tensor, low: float, hig
 
 def check_stops_pulling(stops_pulling) -> bool:
     """``stops_pulling(ratio, adv, low, high)``: a bool tensor, True for the tokens whose clipped loss has
-    no gradient (autograd on alfrl.ppo.ppo_token_loss decides)."""
+    no gradient (autograd on alfrl.rl.ppo.ppo_token_loss decides)."""
     problems = []
     gen = torch.Generator().manual_seed(5)
     for low, high in CLIP_RANGES:
@@ -262,7 +262,7 @@ def _trained_batch():
 
 
 def _logprobs_fn(model):
-    from alfrl.logprobs import sequence_logprobs
+    from alfrl.rl.logprobs import sequence_logprobs
     return lambda tokens, mask: sequence_logprobs(model, [tokens], 1.0, masks=[mask])[0]
 
 
@@ -271,11 +271,11 @@ def _trainable(model) -> list[torch.Tensor]:
 
 
 def _course_step(model, batch, max_grad_norm: float, lr: float) -> tuple[dict, list[torch.Tensor]]:
-    """alfrl.ppo.ppo_step (what alfrl.train runs) on the batch, with plain SGD: (metrics, the weights after)."""
+    """alfrl.rl.ppo.ppo_step (what alfrl.training.train runs) on the batch, with plain SGD: (metrics, the weights after)."""
     from types import SimpleNamespace
 
-    from alfrl.ppo import PPOConfig, ppo_step
-    from alfrl.trajectory import Trajectory
+    from alfrl.rl.ppo import PPOConfig, ppo_step
+    from alfrl.rl.trajectory import Trajectory
 
     trajectories = [Trajectory(game_id="g", task_type="t", branch=i, seed=0, tokens=tokens, mask=mask,
                                logprobs=[0.0] * len(tokens), turns=[], won=adv > 0, steps=1, invalid=0,
@@ -318,8 +318,8 @@ def _variant_step(model, batch, max_grad_norm: float, lr: float, *, stale=None, 
 
 def check_policy_gradient_step(policy_gradient_step) -> bool:
     """``policy_gradient_step(logprobs, params, optimizer, trained, low, high, max_grad_norm) -> (loss, grad_norm)``:
-    one optimizer step on ``trained`` (a list of (tokens, mask, advantage)), the same as alfrl.ppo.ppo_step's
-    (the step alfrl.train takes) on a small random model: the loss, the gradient norm before clipping, and
+    one optimizer step on ``trained`` (a list of (tokens, mask, advantage)), the same as alfrl.rl.ppo.ppo_step's
+    (the step alfrl.training.train takes) on a small random model: the loss, the gradient norm before clipping, and
     the weights after the step. The optimizer is plain SGD here, so a wrong gradient shows in the weights."""
     lr = 0.5
     batch = _trained_batch()
@@ -357,7 +357,7 @@ def check_policy_gradient_step(policy_gradient_step) -> bool:
                  if all(torch.allclose(m, w, atol=1e-6)
                         for m, w in zip(mine, _variant_step(_tiny_policy(), batch, max_grad_norm, lr, **flags)))]
         problems.append("the weights did not move: call optimizer.step() after the backward passes" if unchanged
-                        else named[0] if named else "the weights after your step differ from alfrl.ppo.ppo_step's")
+                        else named[0] if named else "the weights after your step differ from alfrl.rl.ppo.ppo_step's")
     if abs(loss - expected["loss"]) > 1e-5:  # at ratio 1 a sampled token's loss is -A: the usual wrong sums
         total = sum(sum(m) for _, m, _ in batch)
         wrong = {"multiply the per-token loss by the mask (tokens off it count in your loss)":
@@ -371,4 +371,4 @@ def check_policy_gradient_step(policy_gradient_step) -> bool:
     if abs(grad_norm - expected["grad_norm"]) > 1e-4 * max(1.0, expected["grad_norm"]):
         problems.append(f"the grad_norm you return is {grad_norm:.6f}, alfrl's is {expected['grad_norm']:.6f} "
                         "(clip_grad_norm_ returns the norm before clipping)")
-    return verdict(problems, "the same loss, gradient norm and weights after the step as alfrl.ppo.ppo_step")
+    return verdict(problems, "the same loss, gradient norm and weights after the step as alfrl.rl.ppo.ppo_step")

@@ -1,6 +1,6 @@
 """Checks for notebook 06's exercises: a Wilson interval, and the paired sign test.
 
-The right answers come from ``alfrl.evaluate.wilson_interval`` and ``alfrl.evaluate.paired_outcomes``
+The right answers come from ``alfrl.eval.evaluate.wilson_interval`` and ``alfrl.eval.evaluate.paired_outcomes``
 (the latter on evaluation folders written for the check), so the exercises cannot drift from the package.
 """
 
@@ -12,7 +12,7 @@ import tempfile
 from math import sqrt
 from pathlib import Path
 
-from alfrl.evaluate import paired_outcomes, wilson_interval
+from alfrl.eval.evaluate import paired_outcomes, wilson_interval
 
 from . import attempt, verdict
 
@@ -26,7 +26,7 @@ def _wald(won: int, games: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def check_wilson(wilson) -> bool:
-    """``wilson(won, games, z=1.96)`` -> (low, high), against alfrl.evaluate.wilson_interval."""
+    """``wilson(won, games, z=1.96)`` -> (low, high), against alfrl.eval.evaluate.wilson_interval."""
     problems = []
     for won, games in WILSON_CASES:
         expected = wilson_interval(won, games)
@@ -50,7 +50,7 @@ def check_wilson(wilson) -> bool:
             problems.append(f"{where}: a success rate lies in 0-1; clip the interval there")
         else:
             problems.append(where)
-    return verdict(problems, f"your interval equals alfrl.evaluate.wilson_interval on {len(WILSON_CASES)} cases")
+    return verdict(problems, f"your interval equals alfrl.eval.evaluate.wilson_interval on {len(WILSON_CASES)} cases")
 
 
 def _pairs(seed: int) -> tuple[dict, dict]:
@@ -72,7 +72,7 @@ CASES = [_pairs(seed) for seed in range(8)] + [
 
 
 def _paired_by_alfrl(before: dict, after: dict) -> dict:
-    """alfrl.evaluate.paired_outcomes on two evaluation folders holding these outcomes."""
+    """alfrl.eval.evaluate.paired_outcomes on two evaluation folders holding these outcomes."""
     with tempfile.TemporaryDirectory() as tmp:
         folders = []
         for name, outcomes in (("before", before), ("after", after)):
@@ -86,7 +86,7 @@ def _paired_by_alfrl(before: dict, after: dict) -> dict:
 
 def check_sign_test(sign_test) -> bool:
     """``sign_test(before, after)`` -> {"games", "gained", "lost", "p_value"}, against
-    alfrl.evaluate.paired_outcomes on the same outcomes."""
+    alfrl.eval.evaluate.paired_outcomes on the same outcomes."""
     problems = []
     for before, after in CASES:
         expected = _paired_by_alfrl(before, after)
@@ -117,4 +117,4 @@ def check_sign_test(sign_test) -> bool:
             else:
                 problems.append(f"{want}: p = {p:.4f}, expected {expected['p_value']:.4f} (the exact binomial "
                                 "sign test on the gained + lost games, each a coin flip under no difference)")
-    return verdict(problems, f"your test equals alfrl.evaluate.paired_outcomes on {len(CASES)} pairs of checkpoints")
+    return verdict(problems, f"your test equals alfrl.eval.evaluate.paired_outcomes on {len(CASES)} pairs of checkpoints")

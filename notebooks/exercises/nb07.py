@@ -1,8 +1,8 @@
 """Checks for notebook 07's exercises: a group's advantages under the subgoal-shaped reward, and the DPO
 loss with its gradient for one pair.
 
-The right answers come from ``alfrl.advantage`` (``AdvantageConfig(subgoal_reward=...)`` and
-``assign_advantages``) and from autograd through ``alfrl.dpo.dpo_loss``, so the exercises cannot drift
+The right answers come from ``alfrl.rl.advantage`` (``AdvantageConfig(subgoal_reward=...)`` and
+``assign_advantages``) and from autograd through ``alfrl.imitation.dpo.dpo_loss``, so the exercises cannot drift
 from the package.
 """
 
@@ -16,7 +16,7 @@ from exercises import attempt, verdict
 
 
 def _trajectory(won: bool, subgoals: int, invalid: int, branch: int = 0, total: int = 3):
-    from alfrl.trajectory import Trajectory
+    from alfrl.rl.trajectory import Trajectory
     return Trajectory(game_id="g", task_type="t", branch=branch, seed=0, tokens=[1, 2], mask=[0, 1],
                       logprobs=[0.0, 0.0], turns=[], won=won, steps=3, invalid=invalid,
                       end_reason="won" if won else "max_steps", prompt_tokens=1, prefilled=0, sampled=1,
@@ -38,8 +38,8 @@ def shaped_cases() -> dict[str, tuple[list, float]]:
 
 def check_shaped_advantages(shaped_advantages: Callable) -> bool:
     """``shaped_advantages(group, alpha)`` returns one advantage per branch: reward minus the group's mean,
-    with reward = won + alpha x subgoals reached - 0.1 x invalid. Compared with ``alfrl.advantage``."""
-    from alfrl.advantage import AdvantageConfig, assign_advantages
+    with reward = won + alpha x subgoals reached - 0.1 x invalid. Compared with ``alfrl.rl.advantage``."""
+    from alfrl.rl.advantage import AdvantageConfig, assign_advantages
     problems = []
     for name, (group, alpha) in shaped_cases().items():
         theirs = copy.deepcopy(group)
@@ -74,7 +74,7 @@ def check_shaped_advantages(shaped_advantages: Callable) -> bool:
         else:
             problems.append(f"{name} (alpha {alpha}): yours {[round(a, 3) for a in mine]}, "
                             f"expected {[round(b, 3) for b in want]} (rewards {[round(r, 2) for r in rewards]})")
-    return verdict(problems, f"your advantages equal alfrl.advantage's with the subgoal reward on "
+    return verdict(problems, f"your advantages equal alfrl.rl.advantage's with the subgoal reward on "
                              f"{len(shaped_cases())} groups")
 
 
@@ -85,10 +85,10 @@ DPO_CASES = [(-30.0, -42.0, -31.0, -40.0, 0.1), (-12.5, -9.0, -12.0, -10.0, 0.1)
 
 def check_dpo_pair(dpo_pair: Callable) -> bool:
     """``dpo_pair(s_w, s_l, ref_w, ref_l, beta)`` returns (loss, dloss/ds_w, dloss/ds_l) for one pair.
-    Compared with ``alfrl.dpo.dpo_loss`` and its gradient by autograd."""
+    Compared with ``alfrl.imitation.dpo.dpo_loss`` and its gradient by autograd."""
     import torch
 
-    from alfrl.dpo import dpo_loss
+    from alfrl.imitation.dpo import dpo_loss
     problems = []
     for s_w, s_l, ref_w, ref_l, beta in DPO_CASES:
         policy = torch.tensor([s_w, s_l], dtype=torch.float64, requires_grad=True)
@@ -120,4 +120,4 @@ def check_dpo_pair(dpo_pair: Callable) -> bool:
         else:
             problems.append(f"{case}: gradients {mine[1]:+.4f}, {mine[2]:+.4f}, expected {want[1]:+.4f}, "
                             f"{want[2]:+.4f}: the weight is beta x sigmoid(-z)")
-    return verdict(problems, f"your loss and gradients equal alfrl.dpo.dpo_loss's (autograd) on {len(DPO_CASES)} pairs")
+    return verdict(problems, f"your loss and gradients equal alfrl.imitation.dpo.dpo_loss's (autograd) on {len(DPO_CASES)} pairs")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alfrl.env import GroupEnv
+from alfrl.world.env import GroupEnv
 
 
 def winning_commands(game, prefix: list[str]) -> list[str]:

@@ -10,7 +10,7 @@ import torch
 def reply_tokens(fmt, action: str) -> list[int]:
     """The token ids a model samples to play ``action``: one tool call, then the end-of-turn token."""
     call = json.dumps({"name": "alfworld_step", "arguments": {"action": action}})
-    text = f"<tool_call>\n{call}\n</tool_call>"   # alfrl.scripted.tool_call(action) writes the same
+    text = f"<tool_call>\n{call}\n</tool_call>"   # alfrl.rl.scripted.tool_call(action) writes the same
     end_of_turn = fmt.encode(fmt.closing)[0]      # <|im_end|>: the closing starts with it
     return fmt.encode(text) + [end_of_turn]
 

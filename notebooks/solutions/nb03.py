@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from statistics import fmean
 
-from alfrl.protocol import BAD_FORMAT, EXECUTED, NOT_ADMISSIBLE, build_next_prompt, parse_reply, tool_result_message
+from alfrl.agent.protocol import BAD_FORMAT, EXECUTED, NOT_ADMISSIBLE, build_next_prompt, parse_reply, tool_result_message
 
 
 def one_turn(session, env, branches, live, cfg, fmt):
