@@ -49,6 +49,7 @@ def test_presets_and_flags():
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
     assert set(PRESETS) == {"cpu", "practice", "scale", "reference"}
+    assert ref.checkpoint_every <= 5  # a fault loses at most 4 updates of a long GPU run
 
 
 @pytest.mark.filterwarnings("ignore:.*asks? for bfloat16 autocast")  # the note on CPUs without native bf16
@@ -133,11 +134,12 @@ def expert_vs_junk(monkeypatch):
     monkeypatch.setattr(rollout, "_play", play)
 
 
-def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, expert_vs_junk):
+def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, expert_vs_junk, monkeypatch, capsys):
     """The scale preset's shape in tiny: step-level credit (GiGPO) and dynamic sampling over fresh games.
-    Stopped by an error after update 1, between checkpoints, the run writes update 1's checkpoint first; a kill
-    after update 2's metrics were logged but before its checkpoint leaves a line the resume drops. Resumed, it
-    logs what a straight run logs (the cursor, the RNG, Adam's state and the adapter come back)."""
+    Stopped by an out-of-memory error in update 2's forward pass (before its optimizer step), between checkpoints,
+    the run writes update 1's checkpoint first and says how to continue; a kill after update 2's metrics were
+    logged but before its checkpoint leaves a line the resume drops. Resumed, it logs what a straight run logs
+    (the cursor, the RNG, Adam's state and the adapter come back)."""
     over = dict(credit="gigpo", dynamic_sampling=True, keep_groups="spread", max_groups_per_update=2)
     straight = train(tiny(tmp_path / "a", tiny_games, **over), progress=False)
     assert [m["step"] for m in straight] == [1, 2]
@@ -150,19 +152,25 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
     records = read_jsonl(tmp_path / "a" / "run" / "trajectories.jsonl")
     assert all(len(r["turn_advantages"]) == len(r["turns"]) for r in records)  # per-turn advantages trained
 
-    threads, during = torch.get_num_threads(), []
+    import alfrl.training.train as training
+    threads, during, original = torch.get_num_threads(), [], training.learn
 
-    def fail_after_first(history):  # a fault between updates (a dead rollout server, say)
-        during.append(torch.get_num_threads())
-        if len(history) == 1:
-            raise RuntimeError("the rollout server died")
+    def learn(policy, optimizer, config, ppo, kept, step, run_dir):
+        if step == 2:  # out of memory in the update's forward pass: the weights are still update 1's
+            raise torch.OutOfMemoryError("CUDA out of memory (raised by the test, mid-forward)")
+        return original(policy, optimizer, config, ppo, kept, step, run_dir)
+    monkeypatch.setattr(training, "learn", learn)
     # --threads for this run only; checkpoints every 2 updates, so the fault itself must write update 1's
     config = tiny(tmp_path / "b", tiny_games, **over, threads=threads + 1, checkpoint_every=2)
-    with pytest.raises(RuntimeError, match="server died"):
-        train(config, progress=False, on_update=fail_after_first)
+    with pytest.raises(torch.OutOfMemoryError, match="mid-forward"):
+        train(config, progress=False, on_update=lambda history: during.append(torch.get_num_threads()))
     assert during == [threads + 1] and torch.get_num_threads() == threads  # put back, even on an error
     run = tmp_path / "b" / "run"
     assert [c.name for c in checkpoints(run)] == ["step_00001"]
+    said = capsys.readouterr().err
+    assert f"stopped by OutOfMemoryError; the last checkpoint is step_00001. Continue with: python -m alfrl train " \
+           f"--resume {run}" in said
+    monkeypatch.setattr(training, "learn", original)
     with (run / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 2, "reward": 123.0}) + "\n")
     resumed = train(resume=run, progress=False)
@@ -173,6 +181,43 @@ def test_interrupted_run_resumes_to_the_same_metrics(tmp_path, tiny_games, exper
     want = [{k: v for k, v in m.items() if k not in drop} for m in straight]
     _close(same, want)
     assert len(read_jsonl(run / "trajectories.jsonl")) == 2 * 2
+
+
+def test_sigterm_inside_an_update_saves_the_last_finished_one(tmp_path, tiny_games, expert_vs_junk, monkeypatch,
+                                                              capsys):
+    """Checkpoints every 3 updates, so update 1 is only in memory when update 2 stops. SIGTERM in update 2's
+    forward pass saves update 1 (as the out-of-memory error of the test above does) and exits with status 143;
+    a fault after the optimizer step saves nothing: the weights are half an update's."""
+    import os
+    import signal
+    import threading
+
+    import alfrl.training.train as training
+    original, fault = training.learn, []
+
+    def learn(policy, optimizer, config, ppo, kept, step, run_dir):
+        if step == 2 and fault == ["sigterm"]:
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, in the main thread
+        out = original(policy, optimizer, config, ppo, kept, step, run_dir)
+        if step == 2 and fault == ["after the step"]:
+            raise torch.OutOfMemoryError("raised by the test, after the step")
+        return out
+    monkeypatch.setattr(training, "learn", learn)
+    assert threading.current_thread() is threading.main_thread()  # else SIGTERM would end the test process
+    before = signal.getsignal(signal.SIGTERM)
+    fault.append("sigterm")
+    with pytest.raises(SystemExit) as stopped:
+        train(tiny(tmp_path / "term", tiny_games, checkpoint_every=3), progress=False)
+    run = tmp_path / "term" / "run"
+    assert stopped.value.code == 143 and signal.getsignal(signal.SIGTERM) is before  # the handler put back
+    assert f"stopped by SIGTERM; the last checkpoint is step_00001. Continue with: python -m alfrl train --resume " \
+           f"{run}" in capsys.readouterr().err
+    assert [c.name for c in checkpoints(run)] == ["step_00001"]
+    fault[:] = ["after the step"]
+    with pytest.raises(torch.OutOfMemoryError, match="after the step"):
+        train(tiny(tmp_path / "late", tiny_games, checkpoint_every=3), progress=False)
+    assert checkpoints(tmp_path / "late" / "run") == []  # never half an update's weights
+    assert "the last checkpoint is none" in capsys.readouterr().err
 
 
 def test_scale_preset_is_the_reference_runs_size():

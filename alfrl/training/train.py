@@ -13,16 +13,20 @@ the run's seed and ``u``; the adapter, Adam's state and the RNG states are check
 after every update (``checkpoint_every=1``). A run killed at any point and resumed with
 ``--resume RUN_DIR`` replays at most the update that was in flight and logs the same
 metrics as a run that never stopped. With ``checkpoint_every`` > 1, an exception (a failed rollout, an
-interrupt) first writes the checkpoint of the last finished update, unless the update in flight had already
-begun its optimizer step.
+out-of-memory error in the update, an interrupt, SIGTERM) first writes the checkpoint of the last finished
+update, unless the update in flight had already taken an optimizer step; then the run stops with a message that
+says how to continue.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -170,8 +174,30 @@ def train(config: TrainConfig | None = None, resume: str | Path | None = None, u
     never another command's folder) are checked before anything is written. Runs on ``config.threads``
     torch threads, and puts the count back afterwards."""
     config, run_dir = _start_config(config, resume, updates)
-    with torch_threads(config.threads):
+    with torch_threads(config.threads), sigterm_stops():
         return _train(config, run_dir, resume, progress, on_update)
+
+
+class Terminated(SystemExit):
+    """SIGTERM (a scheduler's stop, a machine handed back) during training: the run saves what it can and the
+    process exits with status 143, as a process killed by SIGTERM does."""
+
+
+@contextmanager
+def sigterm_stops():
+    """While training, SIGTERM raises :class:`Terminated` in the main thread, so the run's own error path
+    saves the last finished update before the process ends (elsewhere, and outside, SIGTERM is left alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated(128 + signum)
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update) -> list[dict]:
@@ -200,6 +226,7 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
     server = None
     unsaved = None  # (step, cursor, RNG states) of a finished update not yet checkpointed
     phase = {"stepped": False}  # whether the update in flight has begun to change the weights
+    stepping = optimizer.register_step_pre_hook(lambda *_: phase.update(stepped=True))  # the first change
     try:
         if config.sampler == "vllm":
             server = start_for(policy, config, run_dir / "vllm_serve.log")
@@ -235,11 +262,13 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
             save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer, {"cursor": at},
                             keep_last=config.keep_checkpoints, rng=rng)
         last = latest_checkpoint(run_dir)
-        what = "interrupted" if isinstance(error, KeyboardInterrupt) else f"stopped by {type(error).__name__}"
+        what = ("interrupted" if isinstance(error, KeyboardInterrupt) else "stopped by SIGTERM"
+                if isinstance(error, Terminated) else f"stopped by {type(error).__name__}")
         print(f"\n{what}; the last checkpoint is {last.name if last else 'none'}. "
               f"Continue with: python -m alfrl train --resume {run_dir}", file=sys.stderr)
         raise
     finally:
+        stepping.remove()
         trackers.close()
         if server:
             server.stop()
@@ -383,8 +412,7 @@ def _one_update(policy, optimizer, config: TrainConfig, ppo: PPOConfig, games: l
     rollout_seconds = time.perf_counter() - begin
     stats = batch_stats(played, config.advantage())  # what the policy did: every group played
     assign_advantages(played, config.advantage())
-    tick = time.perf_counter()
-    phase["stepped"] = True  # from here on the weights are no longer the previous update's
+    tick = time.perf_counter()  # from the first optimizer step on, the weights are not the last update's
     step_metrics, optimizer_steps = learn(policy, optimizer, config, ppo, kept, step, run_dir)
     update_seconds = time.perf_counter() - tick
     if config.credit == "gigpo":  # how many turns had a state to be compared in

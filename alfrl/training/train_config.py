@@ -283,7 +283,7 @@ PRESETS: dict[str, dict] = {
                       init_adapter=None, max_expert_steps=None, max_receptacles=None,
                       lora_rank=32, lora_alpha=64, updates=80, games_per_update=8, k=8, max_steps=50,
                       max_trajectory_tokens=12000, max_new_tokens=2048, temperature=1.0, lr=1e-6,
-                      checkpoint_every=20, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1,
+                      checkpoint_every=5, keep_checkpoints=0, micro_batch_tokens=12000, groups_per_batch=1,
                       tis_cap=2.0),
 }
 """cpu: the bundled small model from the default warm start (data/warmstart_epoch; the cpu runs of
