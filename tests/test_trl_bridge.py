@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from alfrl.rl.advantage import AdvantageConfig, assign_advantages, episode_reward as course_episode_reward
-from alfrl.rl.advantage import group_advantages
+from alfrl.rl.advantage import AdvantageConfig, assign_advantages, group_advantages
+from alfrl.rl.advantage import episode_reward as course_episode_reward
 from alfrl.rl.trajectory import Trajectory, Turn
 from alfrl.training.train_config import preset
 from alfrl.world.games import load_games
@@ -78,10 +78,34 @@ def test_config_mirrors_the_course_method(tmp_path):
     assert (args.learning_rate, args.adam_beta1, args.adam_beta2) == (config.lr, 0.9, 0.95)
     assert (args.max_grad_norm, args.weight_decay, args.lr_scheduler_type) == (1.0, 0.0, "constant")
     assert args.temperature == config.temperature and args.shuffle_dataset is False
+    assert args.gradient_checkpointing is config.gradient_checkpointing is False  # the cpu preset's
     with pytest.raises(ValueError, match="split evenly over 4 processes"):
         trl_bridge.grpo_config(config, tmp_path, groups_per_update=6, num_processes=4)
     with pytest.raises(ValueError, match="must divide the 12 episodes"):
         trl_bridge.grpo_config(config, tmp_path, groups_per_update=6, num_processes=2, rows_per_micro_batch=5)
+
+
+def test_the_command_line_keeps_the_presets_settings_unless_told(monkeypatch):
+    """Flags left out keep the preset's values: --preset reference is Qwen3-4B, 50 turns, bfloat16, its thinking
+    switch and gradient checkpointing; a flag given wins."""
+    def stop(config, *args, **kwargs):  # the config main() would train with, and no training
+        raise SystemExit(config)
+    monkeypatch.setattr(trl_bridge, "make_trainer", stop)
+
+    def parsed(*flags):
+        with pytest.raises(SystemExit) as stopped:
+            trl_bridge.main(list(flags))
+        return stopped.value.code
+    ref = preset("reference")
+    config = parsed("--preset", "reference")
+    assert (config.model, config.max_steps, config.dtype, config.k) == (ref.model, 50, "bfloat16", 8)
+    assert (config.thinking, config.gradient_checkpointing, config.init_adapter) == (ref.thinking, True, None)
+    assert config.updates == 2 and config.dynamic_sampling is False and config.draft_tokens == 0
+    config = parsed("--preset", "reference", "--model", "bundled", "--max-steps", "10", "--dtype", "float32",
+                    "--thinking", "off", "--no-gradient-checkpointing", "--k", "4")
+    assert (config.model, config.max_steps, config.dtype, config.thinking, config.gradient_checkpointing,
+            config.k) == ("bundled", 10, "float32", "off", False, 4)
+    assert parsed().init_adapter == preset("cpu").init_adapter  # the cpu preset: the default warm start
 
 
 @pytest.mark.parametrize("change, words", [(dict(credit="gigpo"), "one number per episode"),

@@ -195,6 +195,7 @@ def grpo_config(config: TrainConfig, output_dir: str | Path, groups_per_update: 
         loss_type="dapo", temperature=config.temperature, top_p=config.top_p,
         max_completion_length=config.max_trajectory_tokens, shuffle_dataset=False, disable_dropout=True,
         seed=config.seed, use_cpu=not on_gpu(config.device), bf16=config.bf16 and on_gpu(config.device),
+        gradient_checkpointing=config.gradient_checkpointing,
         report_to="none", logging_steps=1,
         save_strategy="no", remove_unused_columns=False)
     settings.update(overrides)
@@ -224,21 +225,38 @@ def make_trainer(config: TrainConfig, output_dir: str | Path, groups_per_update:
     return trainer, rollout
 
 
+def bridge_config(args: argparse.Namespace) -> TrainConfig:
+    """The course's preset ``args.preset`` with the flags given on the command line (those left out keep the
+    preset's values: ``--preset reference`` trains Qwen3-4B over 50 turns in bfloat16 unless told otherwise), and
+    what the bridge does not carry over switched off (dynamic sampling, speculative decoding, sampling dtypes)."""
+    given = {name: getattr(args, name) for name in ("k", "max_steps", "model", "init_adapter", "device", "dtype",
+                                                     "thinking", "gradient_checkpointing")
+             if getattr(args, name) is not None}
+    config = preset(args.preset, updates=args.updates, seed=args.seed, pool=args.pool, **given)
+    return replace(config, dynamic_sampling=False, bf16=on_gpu(config.device), prefill_dtype=None, draft_tokens=0,
+                   sample_dtype=None)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m alfrl.training.trl_bridge``: train with TRL on the course's cpu preset (``accelerate launch`` runs it on
     several processes); writes the adapter and the log to ``--output-dir``."""
     parser = argparse.ArgumentParser(prog="python -m alfrl.training.trl_bridge", description=main.__doc__)
     parser.add_argument("--preset", default="cpu", help="the course's preset the method comes from")
     parser.add_argument("--output-dir", default="runs/trl")
-    parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--updates", type=int, default=2, help="optimizer steps (default 2: a look; the preset's "
+                        "own count is one flag away)")
     parser.add_argument("--groups-per-update", type=int, default=2)
-    parser.add_argument("--k", type=int, default=8, help="episodes per group (num_generations)")
-    parser.add_argument("--max-steps", type=int, default=10, help="turns per episode")
+    parser.add_argument("--k", type=int, help="episodes per group (num_generations); default: the preset's")
+    parser.add_argument("--max-steps", type=int, help="turns per episode; default: the preset's")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default="bundled", help="a hub id, a local model folder, or bundled")
-    parser.add_argument("--init-adapter", default="warmstart_epoch", help="the adapter to start from, or none")
-    parser.add_argument("--device", default="auto", help="auto (each process's GPU when there are GPUs) or cpu")
-    parser.add_argument("--dtype", default="float32", help="the base model's dtype (bfloat16 on a GPU)")
+    parser.add_argument("--model", help="a hub id, a local model folder, or bundled; default: the preset's")
+    parser.add_argument("--init-adapter", help="the adapter to start from, or none; default: the preset's")
+    parser.add_argument("--device", help="auto (each process's GPU when there are GPUs) or cpu; default: the preset's")
+    parser.add_argument("--dtype", help="the base model's dtype; default: the preset's (auto: bfloat16 on a GPU)")
+    parser.add_argument("--thinking", choices=("auto", "on", "off"),
+                        help="a reasoning model's thinking switch (docs/gpu.md: what it costs); default: the preset's")
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
+                        help="recompute activations in the backward pass; default: the preset's")
     parser.add_argument("--rows-per-micro-batch", type=int, default=1, help="episodes a forward pass (raise on a GPU)")
     parser.add_argument("--pool", default=None, help="play only a practice pool's games (a pool file, e.g. "
                         "data/results/warmstart_epoch_pool.json); default: the training split")
@@ -249,10 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     threads = os.environ.get("ALFRL_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
-    config = preset(args.preset, k=args.k, updates=args.updates, max_steps=args.max_steps, seed=args.seed,
-                    pool=args.pool, model=args.model, init_adapter=args.init_adapter, device=args.device,
-                    dtype=args.dtype, dynamic_sampling=False, bf16=on_gpu(args.device), prefill_dtype=None,
-                    draft_tokens=0, sample_dtype=None)
+    config = bridge_config(args)
     trainer, rollout = make_trainer(config, args.output_dir, args.groups_per_update,
                                     num_processes=int(os.environ.get("WORLD_SIZE", "1")),
                                     rows_per_micro_batch=args.rows_per_micro_batch)
