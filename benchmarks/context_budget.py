@@ -25,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from alfrl.agent.models import load_tokenizer
@@ -144,11 +146,28 @@ def main() -> None:
             {"rows": rows, "steps_median": steps_median, "receptacles": {e.game_id: e.receptacles for e in episodes},
              "tokens_at_end": {a: measured[a][1] for a in ACTION_LISTS}}, indent=1))
     if args.play:
-        print(play_speed(load_games("valid_seen", data_dir)[:args.play], args.adapter, args.steps))
+        speed = play_speed(load_games("valid_seen", data_dir)[:args.play], args.adapter, args.steps)
+        print(speed)
+        if args.write:
+            (REPO_ROOT / "data/results/context_budget_play.md").write_text(
+                "# Episodes a minute at 50 steps, by protocol\n\nMade by `python benchmarks/context_budget.py --write "
+                f"--play {args.play}" + (f" --adapter {args.adapter}" if args.adapter != "warmstart_epoch" else "")
+                + f"` on {cpu_name()}, {torch.get_num_threads()} torch threads, nothing else running.\n\n"
+                + speed)
     if args.fixture:
         largest = max(episodes, key=lambda e: (e.receptacles, e.game_id))
         save_episodes([largest], args.fixture)
         print(f"saved {largest.game_id} ({largest.receptacles} receptacles, {len(largest.steps)} steps) to {args.fixture}")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), with its core count and whether bfloat16 is native."""
+    from alfrl.agent.precision import native_bf16_cpu
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.machine()
+    return f"{os.cpu_count()}-core {name} ({'native' if native_bf16_cpu() else 'no native'} bfloat16)"
 
 
 def _official_dir() -> Path:
