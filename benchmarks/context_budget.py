@@ -111,7 +111,8 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None, help="official games (default: $ALFWORLD_DATA, else ../shared/alfworld-real)")
     ap.add_argument("--games", type=int, default=None, help="only the first N games (by game id)")
     ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--write", action="store_true", help="write data/results/context_budget.{md,json}")
+    ap.add_argument("--write", action="store_true", help="write data/results/context_budget.{md,json} (and, "
+                    "with --play, context_budget_play.md)")
     ap.add_argument("--fixture", default=None, help="save the record of the game with the most receptacles here")
     ap.add_argument("--play", type=int, default=0, help="also play this many games (the first by game id) with "
                     "--adapter at 50 steps under each protocol, decoded together, and print episodes a minute")
@@ -150,9 +151,9 @@ def main() -> None:
         print(speed)
         if args.write:
             (REPO_ROOT / "data/results/context_budget_play.md").write_text(
-                "# Episodes a minute at 50 steps, by protocol\n\nMade by `python benchmarks/context_budget.py --write "
-                f"--play {args.play}" + (f" --adapter {args.adapter}" if args.adapter != "warmstart_epoch" else "")
-                + f"` on {cpu_name()}, {torch.get_num_threads()} torch threads, nothing else running.\n\n"
+                f"# Episodes a minute at {args.steps} steps, by protocol\n\nMade by `python benchmarks/context_budget.py "
+                f"--write --play {args.play} --steps {args.steps} --adapter {args.adapter}` on {cpu_name()}, "
+                f"{torch.get_num_threads()} torch threads.\n\n"
                 + speed)
     if args.fixture:
         largest = max(episodes, key=lambda e: (e.receptacles, e.game_id))
@@ -167,7 +168,7 @@ def cpu_name() -> str:
         name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         name = platform.machine()
-    return f"{os.cpu_count()}-core {name} ({'native' if native_bf16_cpu() else 'no native'} bfloat16)"
+    return f"{len(os.sched_getaffinity(0))}-core {name} ({'native' if native_bf16_cpu() else 'no native'} bfloat16)"
 
 
 def _official_dir() -> Path:

@@ -86,7 +86,8 @@ def trl_part(folder: Path, rows: int = 1) -> dict:
     torch.set_num_threads(cfg.threads)
     games = training_games(cfg)
     tick = time.perf_counter()
-    trainer, rollout = make_trainer(cfg, folder / "trl", groups_per_update=2, games=games, rows_per_micro_batch=rows)
+    trainer, rollout = make_trainer(cfg, folder / "trl", groups_per_update=2, games=games, rows_per_micro_batch=rows,
+                                    gradient_checkpointing=True)  # TRL's default when this was measured
     setup = time.perf_counter() - tick
     seen = {}
     score = trainer._generate_and_score_completions

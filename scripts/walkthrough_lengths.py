@@ -45,7 +45,7 @@ def main() -> None:
         print(row("official valid_seen", official_lengths(Path(args.official))))
     packs = {pack: read_pack(Path(pack)) for pack in args.packs}
     for pack, records in packs.items():
-        print(row(f"`{pack}`", [len(r["walkthrough"]) for r in records]))
+        print(row(f"`{pack.removesuffix('.jsonl.xz')}`", [len(r["walkthrough"]) for r in records]))
     print()
     for pack, records in packs.items():
         fit = sum(len(r["walkthrough"]) <= args.max_steps for r in records)

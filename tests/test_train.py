@@ -220,6 +220,34 @@ def test_sigterm_inside_an_update_saves_the_last_finished_one(tmp_path, tiny_gam
     assert "the last checkpoint is none" in capsys.readouterr().err
 
 
+def test_signals_wait_for_a_change_that_must_happen_whole():
+    """Inside signals_held (a weight swap, a rescue checkpoint) SIGINT and SIGTERM wait; after it they reach the
+    handlers that were there, and those handlers are back."""
+    import os
+    import signal
+    import time
+
+    from alfrl.base.checkpoint import signals_held
+    got, before = [], {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a plain process (a test worker may differ)
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+            assert got == []
+        assert got == [signal.SIGTERM]
+        with pytest.raises(KeyboardInterrupt):
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                got.append("finished")
+        assert got[-1] == "finished" and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def test_scale_preset_is_the_reference_runs_size():
     """Up to 8 trained groups of 8 for 80 updates (at most 5,120 episodes), fresh generated train rooms, spread
     groups only."""

@@ -86,26 +86,35 @@ def test_config_mirrors_the_course_method(tmp_path):
 
 
 def test_the_command_line_keeps_the_presets_settings_unless_told(monkeypatch):
-    """Flags left out keep the preset's values: --preset reference is Qwen3-4B, 50 turns, bfloat16, its thinking
-    switch and gradient checkpointing; a flag given wins."""
-    def stop(config, *args, **kwargs):  # the config main() would train with, and no training
-        raise SystemExit(config)
+    """Flags left out keep the preset's values (--preset reference: Qwen3-4B, 50 turns, bfloat16, gradient
+    checkpointing, 8 groups an update; --preset practice: its pool); a flag given wins; what the bridge cannot
+    carry (dynamic sampling, speculative decoding, the TIS cap) is off."""
+    def stop(config, output_dir, groups_per_update, **kwargs):  # what main() would train, and no training
+        raise SystemExit((config, groups_per_update))
     monkeypatch.setattr(trl_bridge, "make_trainer", stop)
 
     def parsed(*flags):
         with pytest.raises(SystemExit) as stopped:
             trl_bridge.main(list(flags))
         return stopped.value.code
-    ref = preset("reference")
-    config = parsed("--preset", "reference")
-    assert (config.model, config.max_steps, config.dtype, config.k) == (ref.model, 50, "bfloat16", 8)
-    assert (config.thinking, config.gradient_checkpointing, config.init_adapter) == (ref.thinking, True, None)
-    assert config.updates == 2 and config.dynamic_sampling is False and config.draft_tokens == 0
-    config = parsed("--preset", "reference", "--model", "bundled", "--max-steps", "10", "--dtype", "float32",
-                    "--thinking", "off", "--no-gradient-checkpointing", "--k", "4")
-    assert (config.model, config.max_steps, config.dtype, config.thinking, config.gradient_checkpointing,
-            config.k) == ("bundled", 10, "float32", "off", False, 4)
-    assert parsed().init_adapter == preset("cpu").init_adapter  # the cpu preset: the default warm start
+    fields = ("model", "k", "max_steps", "dtype", "device", "thinking", "gradient_checkpointing", "init_adapter",
+              "pool", "temperature", "lr")
+    for name in ("cpu", "reference", "practice"):
+        config, groups = parsed("--preset", name)
+        want = preset(name)
+        assert {f: getattr(config, f) for f in fields} == {f: getattr(want, f) for f in fields}, name
+        assert groups == want.games_per_update and config.updates == 2 and config.seed == 0
+        assert not config.dynamic_sampling and config.draft_tokens == 0 and config.tis_cap == 0.0
+    assert (config.pool, groups) == ("data/practice/pool.json", 2)  # practice: its pool, 2 games an update
+    config, groups = parsed("--preset", "reference")
+    assert (config.model, config.max_steps, config.dtype, config.gradient_checkpointing, groups) == (
+        "Qwen/Qwen3-4B", 50, "bfloat16", True, 8)
+    config, groups = parsed("--preset", "reference", "--model", "bundled", "--max-steps", "10", "--dtype", "float32",
+                            "--thinking", "off", "--no-gradient-checkpointing", "--k", "4", "--groups-per-update",
+                            "1", "--pool", "data/results/warmstart_epoch_pool.json")
+    assert (config.model, config.max_steps, config.dtype, config.thinking, config.gradient_checkpointing, config.k,
+            groups, config.pool) == ("bundled", 10, "float32", "off", False, 4, 1,
+                                     "data/results/warmstart_epoch_pool.json")
 
 
 @pytest.mark.parametrize("change, words", [(dict(credit="gigpo"), "one number per episode"),

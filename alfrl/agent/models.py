@@ -1,5 +1,6 @@
 """Load the policy: a causal LM + tokenizer (a hub id, a local directory, or the bundled small model),
-with a LoRA adapter; save and check adapters; a merged copy for sampling.
+with a LoRA adapter; save and check adapters; a merged copy for sampling; the model's context window, which no
+trajectory budget passes (:func:`fit_context`).
 
 The CPU default is SmolLM2-135M-Instruct, which :mod:`alfrl.agent.bundled` gets from the package registry
 (no model hub needed). On a GPU, any hub id or local path of a chat model goes through the same code.

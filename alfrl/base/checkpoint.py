@@ -24,8 +24,11 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import signal
+import threading
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -156,3 +159,23 @@ def _parse_jsonl(path: Path, text: str | None = None) -> list[tuple[str, dict]]:
                              "over in a new folder") from None
         out.append((line, record))
     return out
+
+
+@contextmanager
+def signals_held():
+    """SIGINT and SIGTERM held back while the block runs (in the main thread, where Python runs its handlers), and
+    raised again after it, to the handlers that were there: for a change of the model's weights that must happen
+    whole or not at all (a signal in the middle would leave a model a rescue checkpoint could save half swapped)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)  # None: set outside Python
+        for s in pending:
+            signal.raise_signal(s)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from alfrl.base.checkpoint import signals_held
 from alfrl.rl.ppo import RATIO_KEYS, PPOConfig, ppo_step, recompute_old_logprobs
 from alfrl.rl.trajectory import Trajectory
 
@@ -114,13 +115,13 @@ class FrozenAdapter:
         """The reference weights in the model inside the ``with`` block, the trained ones back after."""
         params = self.trainable()
         saved = {n: p.detach().clone() for n, p in params.items()}
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(self.weights[name])
-        try:
+        try:  # an interrupt never leaves the model half swapped: it lands after a copy, and the trained come back
+            with signals_held(), torch.no_grad():
+                for name, p in params.items():
+                    p.copy_(self.weights[name])
             yield
         finally:
-            with torch.no_grad():
+            with signals_held(), torch.no_grad():
                 for name, p in params.items():
                     p.copy_(saved[name])
 

@@ -37,7 +37,7 @@ from alfrl.agent.models import LoraSpec, load_policy, sampling_copy, save_adapte
 from alfrl.agent.protocol import resolve_actions
 from alfrl.agent.vllm_engine import serve_weights, start_for
 from alfrl.base.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, rng_state, save_checkpoint,
-                                   truncate_jsonl)
+                                   signals_held, truncate_jsonl)
 from alfrl.base.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
 from alfrl.base.tracking import Trackers, parse_log
 from alfrl.eval.practice import game_wins
@@ -197,7 +197,7 @@ def sigterm_stops():
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)  # None: set outside Python
 
 
 def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update) -> list[dict]:
@@ -259,8 +259,9 @@ def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update
     except BaseException as error:
         if unsaved and not phase["stepped"]:  # the weights are still those of the last finished update
             step, at, rng = unsaved
-            save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer, {"cursor": at},
-                            keep_last=config.keep_checkpoints, rng=rng)
+            with signals_held():  # a second Ctrl-C or SIGTERM waits for the rescue to be written
+                save_checkpoint(run_dir, step, lambda folder: save_adapter(policy, folder), optimizer,
+                                {"cursor": at}, keep_last=config.keep_checkpoints, rng=rng)
         last = latest_checkpoint(run_dir)
         what = ("interrupted" if isinstance(error, KeyboardInterrupt) else "stopped by SIGTERM"
                 if isinstance(error, Terminated) else f"stopped by {type(error).__name__}")

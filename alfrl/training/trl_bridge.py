@@ -228,38 +228,41 @@ def make_trainer(config: TrainConfig, output_dir: str | Path, groups_per_update:
 def bridge_config(args: argparse.Namespace) -> TrainConfig:
     """The course's preset ``args.preset`` with the flags given on the command line (those left out keep the
     preset's values: ``--preset reference`` trains Qwen3-4B over 50 turns in bfloat16 unless told otherwise), and
-    what the bridge does not carry over switched off (dynamic sampling, speculative decoding, sampling dtypes)."""
+    what the bridge does not carry over switched off (dynamic sampling, speculative decoding, sampling dtypes, the
+    sampler/trainer importance-sampling cap: TRL's rollout here is the course's sampler on the trained weights)."""
     given = {name: getattr(args, name) for name in ("k", "max_steps", "model", "init_adapter", "device", "dtype",
-                                                     "thinking", "gradient_checkpointing")
+                                                     "thinking", "gradient_checkpointing", "pool")
              if getattr(args, name) is not None}
-    config = preset(args.preset, updates=args.updates, seed=args.seed, pool=args.pool, **given)
+    config = preset(args.preset, updates=args.updates, seed=args.seed, **given)
     return replace(config, dynamic_sampling=False, bf16=on_gpu(config.device), prefill_dtype=None, draft_tokens=0,
-                   sample_dtype=None)
+                   sample_dtype=None, tis_cap=0.0)  # one sampler and trainer, the same weights: no gap to correct
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m alfrl.training.trl_bridge``: train with TRL on the course's cpu preset (``accelerate launch`` runs it on
-    several processes); writes the adapter and the log to ``--output-dir``."""
+    """``python -m alfrl.training.trl_bridge``: train with TRL on one of the course's presets (the cpu preset by
+    default; ``accelerate launch`` runs it on several processes); writes the adapter and the log to ``--output-dir``."""
     parser = argparse.ArgumentParser(prog="python -m alfrl.training.trl_bridge", description=main.__doc__)
     parser.add_argument("--preset", default="cpu", help="the course's preset the method comes from")
     parser.add_argument("--output-dir", default="runs/trl")
     parser.add_argument("--updates", type=int, default=2, help="optimizer steps (default 2: a look; the preset's "
                         "own count is one flag away)")
-    parser.add_argument("--groups-per-update", type=int, default=2)
+    parser.add_argument("--groups-per-update", type=int, help="groups an update; default: the preset's games an update")
     parser.add_argument("--k", type=int, help="episodes per group (num_generations); default: the preset's")
     parser.add_argument("--max-steps", type=int, help="turns per episode; default: the preset's")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", help="a hub id, a local model folder, or bundled; default: the preset's")
     parser.add_argument("--init-adapter", help="the adapter to start from, or none; default: the preset's")
     parser.add_argument("--device", help="auto (each process's GPU when there are GPUs) or cpu; default: the preset's")
-    parser.add_argument("--dtype", help="the base model's dtype; default: the preset's (auto: bfloat16 on a GPU)")
+    parser.add_argument("--dtype", help="the base model's dtype as loaded; default: the preset's (auto: float32, "
+                        "under TRL's bfloat16 autocast on a GPU)")
     parser.add_argument("--thinking", choices=("auto", "on", "off"),
                         help="a reasoning model's thinking switch (docs/gpu.md: what it costs); default: the preset's")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
                         help="recompute activations in the backward pass; default: the preset's")
     parser.add_argument("--rows-per-micro-batch", type=int, default=1, help="episodes a forward pass (raise on a GPU)")
-    parser.add_argument("--pool", default=None, help="play only a practice pool's games (a pool file, e.g. "
-                        "data/results/warmstart_epoch_pool.json); default: the training split")
+    parser.add_argument("--pool", help="play only a practice pool's games (a pool file, e.g. "
+                        "data/results/warmstart_epoch_pool.json); default: the preset's (the cpu preset's: the "
+                        "training split)")
     args = parser.parse_args(argv)
     import os
 
@@ -268,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     if threads:
         torch.set_num_threads(int(threads))
     config = bridge_config(args)
-    trainer, rollout = make_trainer(config, args.output_dir, args.groups_per_update,
+    trainer, rollout = make_trainer(config, args.output_dir, args.groups_per_update or config.games_per_update,
                                     num_processes=int(os.environ.get("WORLD_SIZE", "1")),
                                     rows_per_micro_batch=args.rows_per_micro_batch)
     tick = time.perf_counter()
