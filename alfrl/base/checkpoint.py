@@ -162,20 +162,30 @@ def _parse_jsonl(path: Path, text: str | None = None) -> list[tuple[str, dict]]:
 
 
 @contextmanager
-def signals_held():
-    """SIGINT and SIGTERM held back while the block runs (in the main thread, where Python runs its handlers), and
-    raised again after it, to the handlers that were there: for a change of the model's weights that must happen
-    whole or not at all (a signal in the middle would leave a model a rescue checkpoint could save half swapped)."""
+def signal_handlers(handlers: dict):
+    """``handlers`` (signal -> handler) installed while the block runs, and the ones that were there put back
+    after it. Only in the main thread, the one Python runs handlers in; elsewhere it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    pending = []
-    held = (signal.SIGINT, signal.SIGTERM)
-    before = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in held}
+    before = {s: signal.signal(s, handler) for s, handler in handlers.items()}
     try:
         yield
     finally:
         for s, handler in before.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)  # None: set outside Python
+
+
+@contextmanager
+def signals_held():
+    """SIGINT and SIGTERM held back while the block runs, and raised again after it, to the handlers that were
+    there: for a change of the model's weights that must happen whole or not at all (a signal in the middle would
+    leave a model a rescue checkpoint could save half swapped)."""
+    pending = []
+    try:
+        with signal_handlers({s: lambda signum, frame: pending.append(signum)
+                              for s in (signal.SIGINT, signal.SIGTERM)}):
+            yield
+    finally:
         for s in pending:
             signal.raise_signal(s)

@@ -24,7 +24,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -37,7 +36,7 @@ from alfrl.agent.models import LoraSpec, load_policy, sampling_copy, save_adapte
 from alfrl.agent.protocol import resolve_actions
 from alfrl.agent.vllm_engine import serve_weights, start_for
 from alfrl.base.checkpoint import (append_jsonl, latest_checkpoint, load_state, read_jsonl, rng_state, save_checkpoint,
-                                   signals_held, truncate_jsonl)
+                                   signal_handlers, signals_held, truncate_jsonl)
 from alfrl.base.rundir import EVAL, RUN, TRAIN, check_output_dir, folder_kind, prepare_output_dir
 from alfrl.base.tracking import Trackers, parse_log
 from alfrl.eval.practice import game_wins
@@ -187,17 +186,10 @@ class Terminated(SystemExit):
 def sigterm_stops():
     """While training, SIGTERM raises :class:`Terminated` in the main thread, so the run's own error path
     saves the last finished update before the process ends (elsewhere, and outside, SIGTERM is left alone)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def stop(signum, frame):
         raise Terminated(128 + signum)
-    before = signal.signal(signal.SIGTERM, stop)
-    try:
+    with signal_handlers({signal.SIGTERM: stop}):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)  # None: set outside Python
 
 
 def _train(config: TrainConfig, run_dir: Path, resume, progress: bool, on_update) -> list[dict]:
