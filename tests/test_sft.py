@@ -171,7 +171,9 @@ def test_sft_run_writes_its_adapter_metrics_and_tensorboard_log(tiny_games, tmp_
 def test_an_interrupted_fine_tune_resumes_to_the_same_adapter_and_metrics(policy, tmp_path, monkeypatch):
     """fit with checkpoints every 2 steps, killed in step 4 of 4, then resumed from step 2's checkpoint
     (its adapter loaded into a fresh copy, as ``--resume`` does): the same LoRA weights and the same
-    metric lines, one per step, as the run that was never interrupted."""
+    metric lines, one per step, as the run that was never interrupted. The interrupted run renders its
+    examples batch by batch (``render``, as ``python -m alfrl sft`` renders its walkthroughs), in the same order
+    as the whole run's ready-made ones, and the resumed run renders only the steps it has left."""
     from types import SimpleNamespace
 
     from peft import set_peft_model_state_dict
@@ -185,7 +187,13 @@ def test_an_interrupted_fine_tune_resumes_to_the_same_adapter_and_metrics(policy
                 for _ in range(4)]
     config = SFTConfig(epochs=2, batch_size=2, lr=1e-3, seed=3)  # 2 steps an epoch, another order each epoch
 
-    def run(model, folder, fail_at=None):
+    rendered = []
+
+    def render(batch):  # indices -> examples, when their step comes
+        rendered.append(list(batch))
+        return [examples[i] for i in batch]
+
+    def run(model, folder, fail_at=None, lazy=False):
         calls = []
         real = sft.nll_loss
 
@@ -196,19 +204,22 @@ def test_an_interrupted_fine_tune_resumes_to_the_same_adapter_and_metrics(policy
             return real(*args, **kwargs)
 
         monkeypatch.setattr(sft, "nll_loss", failing)
-        return sft.fit(model, examples, config, folder / "metrics.jsonl", progress=False, checkpoint_dir=folder,
-                       checkpoint_every=2)
+        return sft.fit(model, list(range(len(examples))) if lazy else examples, config, folder / "metrics.jsonl",
+                       progress=False, checkpoint_dir=folder, checkpoint_every=2, render=render if lazy else None)
 
     whole, cut = copy.deepcopy(policy), copy.deepcopy(policy)
     (tmp_path / "whole").mkdir(), (tmp_path / "cut").mkdir()
     assert run(whole, tmp_path / "whole") == 4
     with pytest.raises(KeyboardInterrupt):
-        run(cut, tmp_path / "cut", fail_at=4)
+        run(cut, tmp_path / "cut", fail_at=4, lazy=True)
+    assert len(rendered) == 4 and sorted(rendered[0] + rendered[1]) == sorted(rendered[2] + rendered[3]) == [0, 1, 2, 3]
     last = latest_checkpoint(tmp_path / "cut")
     assert last.name == "step_00002" and len(read_jsonl(tmp_path / "cut" / "metrics.jsonl")) == 3
     resumed = copy.deepcopy(policy)
     set_peft_model_state_dict(resumed.model, load_file(last / "adapter" / "adapter_model.safetensors"))
-    assert run(resumed, tmp_path / "cut") == 4
+    del rendered[:]
+    assert run(resumed, tmp_path / "cut", lazy=True) == 4
+    assert len(rendered) == 2  # steps 3 and 4 only: the checkpoint's steps are skipped without rendering them
     a, b = read_jsonl(tmp_path / "whole" / "metrics.jsonl"), read_jsonl(tmp_path / "cut" / "metrics.jsonl")
     assert [m["step"] for m in b] == [1, 2, 3, 4]
     assert [m["loss"] for m in b] == pytest.approx([m["loss"] for m in a], rel=1e-6)

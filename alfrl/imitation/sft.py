@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -252,7 +253,7 @@ def milestone_steps(milestones: str, batch_size: int, examples: int) -> dict[int
 
 def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=None, progress: bool = True,
         desc: str = "sft", share_prefix: bool = True, checkpoint_dir: Path | None = None,
-        checkpoint_every: int = 0) -> int:
+        checkpoint_every: int = 0, render: Callable[[list], list] | None = None) -> int:
     """``config.epochs`` passes of Adam over ``examples`` (anything with ``tokens`` and ``mask``: the
     loss is on mask-1 tokens; DAgger trees also on their branches, :func:`nll_loss`),
     ``config.batch_size`` at a time in a seeded order; every step's metrics are appended to
@@ -261,7 +262,11 @@ def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=
     With ``checkpoint_dir``, Adam's state and the RNG are saved there every ``checkpoint_every`` steps
     beside the adapter (:func:`alfrl.base.checkpoint.save_checkpoint`); a checkpoint found there is resumed
     from: its steps are skipped in the same seeded order (the policy must already hold its adapter,
-    :func:`_train_sft` loads it), and metric lines after it are dropped, so no step is logged twice."""
+    :func:`_train_sft` loads it), and metric lines after it are dropped, so no step is logged twice.
+
+    ``render``: turns a step's batch of ``examples`` into what the loss reads, when that step comes (the SFT's
+    expert games, rendered as trajectories batch by batch: a resumed run renders only the steps it has left).
+    The seeded order depends only on how many examples there are, so it is the same either way."""
     params = [p for p in policy.model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr)
     order = random.Random(config.seed)
@@ -285,6 +290,8 @@ def fit(policy, examples: list, config: SFTConfig, metrics_file: Path, trackers=
                 continue
             tick = time.perf_counter()
             batch = shuffled[start:start + config.batch_size]
+            if render is not None:
+                batch = render(batch)
             optimizer.zero_grad(set_to_none=True)
             loss, tokens = nll_loss(policy.model, batch, config.micro_batch_tokens, bf16=config.bf16,
                                     share_prefix=share_prefix)
@@ -352,11 +359,16 @@ def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool, ga
         print(f"resuming {out} from {last.name}")
     policy = load_policy(config.model, lora=start, dtype=config.dtype, device=config.device)
     policy.actions = resolve_actions(config.actions, policy)  # rendered in it, and saved with the adapter
-    trajectories = expert_trajectories(policy, games, config, progress)
-    won = sum(t.won for t in trajectories)
-    if won < len(trajectories):
-        print(f"note: {len(trajectories) - won} expert trajectories were cut by the step or token limit")
+    cut = []
+
+    def render(batch: list) -> list[Trajectory]:  # each step's games, when their step comes
+        trajectories = expert_trajectories(policy, batch, config, progress=False)
+        cut.extend(t for t in trajectories if not t.won)
+        return trajectories
+
     with Trackers(trackers_wanted, out, asdict(config)) as trackers:
-        fit(policy, trajectories, config, out / "metrics.jsonl", trackers, progress, checkpoint_dir=out,
-            checkpoint_every=config.checkpoint_every)
+        fit(policy, games, config, out / "metrics.jsonl", trackers, progress, checkpoint_dir=out,
+            checkpoint_every=config.checkpoint_every, render=render)
+    if cut:
+        print(f"note: {len(cut)} expert trajectories were cut by the step or token limit")
     return save_adapter(policy, out / "adapter", dtype=config.save_dtype)
