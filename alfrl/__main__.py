@@ -3,7 +3,7 @@
 Commands:
   setup      expand the committed game packs into data/games (seconds) and list them
   demo       play one game to the end with ALFWorld's expert, in the real engine
-             (--agent warmstart_epoch|warmstart_expert|warmstart|grpo|PATH: the course's agent plays a held-out game)
+             (--agent warmstart_epoch|grpo_scale|PATH: the course's agent plays a held-out game)
   games      count the games of a data dir per split and task type
   generate   make new games offline (train / valid_seen / valid_unseen)
   train      GRPO-style PPO on a LoRA adapter (--preset cpu | practice | scale | reference; --resume RUN_DIR)
@@ -98,7 +98,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
 
 def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
     """``--agent``'s adapter, the model it belongs to, and a description: a shipped one (``warmstart_epoch``,
-    ``warmstart_expert``, ``warmstart``, ``grpo``), a LoRA adapter folder, a checkpoint folder (its
+    ``grpo_scale``; ``warmstart_expert``, ``warmstart`` and ``grpo`` once rebuilt), a LoRA adapter folder, a checkpoint folder (its
     ``adapter/``) or a training run directory (the adapter of its newest checkpoint, on the model its
     config.json names unless ``model`` is given). A clear FileNotFoundError when PATH holds none of these."""
     from alfrl.agent.models import BUNDLED, SHIPPED, resolve_adapter
@@ -107,9 +107,8 @@ def agent_adapter(agent: str, model: str | None) -> tuple[Path | str, str, str]:
     if agent in SHIPPED:
         return agent, model or BUNDLED, f"{SHIPPED[agent][0]} in {_shown(resolve_adapter(agent))}"
     path = Path(agent)
-    how = ("pass --agent warmstart_epoch (the default warm start), --agent warmstart_expert (its step 80), "
-           "--agent warmstart (the first one), --agent "
-           "grpo (the shipped GRPO adapter), a LoRA adapter folder (holding adapter_config.json, "
+    how = ("pass --agent warmstart_epoch (the default warm start), --agent grpo_scale (the scale run's GRPO "
+           "adapter), a LoRA adapter folder (holding adapter_config.json, "
            "e.g. runs/sft/adapter or runs/cpu/checkpoints/step_00006/adapter), or a training run directory "
            "(e.g. runs/cpu: its newest checkpoint's adapter)")
     if not path.exists():
@@ -325,12 +324,12 @@ def _add_demo(sub: argparse._SubParsersAction, cpu: TrainConfig) -> None:
     p.add_argument("--index", type=int, help="which game of the split (sorted by id; default 0, or for --agent "
                                              f"{AGENT_GAME[0]} game {AGENT_GAME[1]}, which the default warm start "
                                              "wins)")
-    p.add_argument("--agent", metavar="warmstart_epoch|warmstart_expert|warmstart|grpo|PATH",
+    p.add_argument("--agent", metavar="warmstart_epoch|grpo_scale|PATH",
                    help="the agent plays instead of the expert: warmstart_epoch (the default warm start, "
-                        "data/warmstart_epoch), warmstart_expert (its step 80, data/warmstart_expert), warmstart "
-                        "(the first one, data/warmstart), grpo (the shipped "
-                        "GRPO adapter: the first warm start after 12 updates), a LoRA adapter folder, or a "
-                        "training run directory (its newest checkpoint)")
+                        "data/warmstart_epoch), grpo_scale (the default warm start after the scale run's 80 GRPO "
+                        "updates), a LoRA adapter folder, or a training run directory (its newest checkpoint). "
+                        "warmstart, warmstart_expert and grpo name the course's earlier adapters, once their "
+                        "weights are rebuilt (their READMEs say how)")
     p.add_argument("--model", help="the agent's base model (default: the bundled SmolLM2-135M, or the run's model)")
     p.add_argument("--max-steps", type=int, default=cpu.max_steps,
                    help=f"the agent's turns (default {cpu.max_steps}, as the cpu preset)")

@@ -44,7 +44,7 @@ def main() -> None:
           f"{torch.backends.cpu.get_cpu_capability()}, {args.threads} threads")
     print(f"native bfloat16 flags ({', '.join(BF16_FLAGS)}): {sorted(flags & set(BF16_FLAGS)) or 'none'} "
           f"-> native_bf16_cpu() = {native_bf16_cpu()}")
-    model = load_policy("bundled", lora="warmstart").model
+    model = load_policy("bundled", lora="warmstart_epoch").model
     ids = torch.randint(100, 20_000, (1, args.tokens), generator=torch.Generator().manual_seed(0))
     timed_pass(model, ids[:, :16], False, True)  # warm-up
     print(f"{args.tokens} tokens, seconds per pass (each timed {args.repeats} times, alternating):")

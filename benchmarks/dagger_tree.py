@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    policy = load_policy("bundled", lora="warmstart")
+    policy = load_policy("bundled", lora="warmstart_epoch")
     fmt = ChatFormat(policy.tokenizer)
     examples = trees(fmt, args.episodes, args.max_branches)
     assert can_share(policy.model)

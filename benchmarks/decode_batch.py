@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from alfrl.agent.models import WARM_START, load_policy, sampling_copy
+from alfrl.agent.models import DEFAULT_WARM_START, load_policy, sampling_copy
 from alfrl.agent.sampler import SampleConfig, new_group_session
 
 
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    policy = load_policy(lora=WARM_START)
+    policy = load_policy(lora=DEFAULT_WARM_START)
     prompt = [1] + [200 + i % 1000 for i in range(args.context)]
     for name in args.variants:
         model = policy if name == "lora" else sampling_copy(policy, name)

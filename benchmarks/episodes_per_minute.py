@@ -26,7 +26,7 @@ from dataclasses import replace
 import torch
 
 import alfrl.agent.attention
-from alfrl.agent.models import WARM_START
+from alfrl.agent.models import DEFAULT_WARM_START
 from alfrl.rl.ppo import make_optimizer, ppo_update, summarize_steps
 from alfrl.training.train import load_for_training, play_update, preset, training_games
 
@@ -80,13 +80,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--init-adapter", default=None,
+                        help=f"the adapter to start from (default: the preset's, {DEFAULT_WARM_START} for cpu); the "
+                             "committed cpu logs were measured from the first warm start, --init-adapter warmstart "
+                             "once its weights are rebuilt (data/warmstart/README.md)")
     parser.add_argument("--set", nargs="*", default=[], metavar='"KEY=VALUE ..."',
                         help="extra variants, one per argument: the preset with these overrides "
                              f"(and {PLAIN_ATTENTION}=true: plain sdpa attention in the sampler)")
     parser.add_argument("--skip-before", action="store_true", help="do not run the old settings")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    first = {"init_adapter": WARM_START} if args.preset == "cpu" else {}  # the committed logs' policy
+    first = {"init_adapter": args.init_adapter} if args.init_adapter else {}
     variants = [] if args.skip_before else [("before", preset(args.preset, **first, **BEFORE), True)]
     variants.append(("now: " + args.preset, preset(args.preset, **first), False))
     for extra in args.set:

@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--lora", default="warmstart", help='an adapter folder, "warmstart", or "none"')
+    parser.add_argument("--lora", default="warmstart_epoch", help='an adapter folder, "warmstart_epoch", or "none"')
     parser.add_argument("--variants", nargs="+", default=["lora"],
                         help='"lora" (the trained model as it is) and/or a dtype for a merged sampling copy '
                              '(alfrl.agent.models.sampling_copy), e.g. "float32"; "+bf16-prefill" added to either reads '

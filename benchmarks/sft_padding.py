@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", default=["bf16", "float32"], choices=["bf16", "float32"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    policy = load_policy("bundled", lora="warmstart")
+    policy = load_policy("bundled", lora="warmstart_epoch")
     games = [g for g in load_games("train", str(REPO_ROOT / "data" / "expert"), seed=0) if 6 <= len(g.walkthrough) <= 8]
     trajectories = [t for t in expert_trajectories(policy, games[:3 * args.trajectories], SFTConfig(), progress=False)
                     if len(t.tokens) <= 2048][:args.trajectories]

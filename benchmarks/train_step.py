@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from alfrl.agent.models import WARM_START
+from alfrl.agent.models import DEFAULT_WARM_START
 from alfrl.rl.advantage import assign_advantages
 from alfrl.rl.ppo import make_optimizer, ppo_step
 from alfrl.rl.rollout import rollout_batch
@@ -31,11 +31,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--init-adapter", default=None,
+                        help=f"the adapter to start from (default: the preset's, {DEFAULT_WARM_START} for cpu); the "
+                             "committed cpu logs were measured from the first warm start, --init-adapter warmstart "
+                             "once its weights are rebuilt (data/warmstart/README.md)")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None,
                         help="override the preset's setting")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    overrides = {"init_adapter": WARM_START} if args.preset == "cpu" else {}  # the committed logs' policy
+    overrides = {"init_adapter": args.init_adapter} if args.init_adapter else {}
     if args.gradient_checkpointing is not None:
         overrides["gradient_checkpointing"] = args.gradient_checkpointing
     config = preset(args.preset, **overrides)

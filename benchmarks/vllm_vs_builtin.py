@@ -50,7 +50,7 @@ def main() -> None:
     games = load_games("valid_unseen", str(REPO_ROOT / "data" / "heldout"))[:args.games]
     config = RolloutConfig(k=args.k, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
                            max_trajectory_tokens=4000, temperature=args.temperature, seed=0, workers=0)
-    policy = load_policy("bundled", lora="warmstart")
+    policy = load_policy("bundled", lora="warmstart_epoch")
     results = {"built-in sampler": play(policy, games, config)}
     tick = time.perf_counter()
     serving = VLLMConfig(max_model_len=4096, kv_cache_gb=2, threads=args.vllm_threads, max_num_seqs=args.k,
@@ -58,7 +58,7 @@ def main() -> None:
     with VLLMServer(resolve_model("bundled"), serving) as server:
         start = time.perf_counter() - tick
         engine = VLLMEngine(server.url)
-        engine.load_adapter(resolve_adapter("warmstart"))
+        engine.load_adapter(resolve_adapter("warmstart_epoch"))
         play(replace(policy, engine=engine), games[:1], replace(config, k=1, max_steps=1))  # warm-up
         results["vLLM"] = play(replace(policy, engine=engine), games, config)
     lines = [f"{platform.processor() or platform.machine()}, {args.threads} threads, torch {torch.__version__}; "

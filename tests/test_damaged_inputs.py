@@ -11,7 +11,7 @@ import pytest
 
 from alfrl.agent.models import check_adapter, load_policy
 from alfrl.base.checkpoint import read_jsonl, truncate_jsonl
-from alfrl.base.paths import WARM_START_DIR
+from alfrl.base.paths import EPOCH_WARM_START_DIR
 from alfrl.eval.evaluate import EvalConfig, evaluate, read_records
 from alfrl.training.train import TrainConfig, train
 from alfrl.world.games import load_games
@@ -99,7 +99,7 @@ def test_eval_resume_repairs_torn_records(tmp_path, tiny_games, monkeypatch):
 @pytest.fixture
 def broken_adapter(tmp_path):
     adapter = tmp_path / "adapter"
-    shutil.copytree(WARM_START_DIR, adapter)
+    shutil.copytree(EPOCH_WARM_START_DIR, adapter)
     return adapter
 
 
@@ -131,4 +131,14 @@ def test_damaged_adapter_config_names_the_file(broken_adapter, tmp_path, tiny_ga
 
 
 def test_shipped_warm_start_passes_the_adapter_check():
-    assert check_adapter("warmstart") == WARM_START_DIR
+    assert check_adapter("warmstart_epoch") == EPOCH_WARM_START_DIR
+
+
+def test_an_adapter_without_its_weights_is_refused_before_the_model_loads(broken_adapter, monkeypatch):
+    (broken_adapter / "adapter_model.safetensors").unlink()
+    import transformers
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the adapter is checked before the model loads"))
+    with pytest.raises(FileNotFoundError, match=f"^{broken_adapter} holds an adapter_config.json but no "
+                                                "adapter_model.safetensors: the adapter is damaged"):
+        load_policy(lora=str(broken_adapter))

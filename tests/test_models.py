@@ -122,8 +122,8 @@ def test_unknown_hub_id_says_what_to_do():
 def test_sampling_copy_merges_the_adapter_and_leaves_the_policy_alone():
     """The rollout copy: the adapter merged into the weights (the same function, up to float rounding),
     cast to the sampling dtype, frozen; the trained policy keeps its adapter and float32 weights."""
-    from alfrl.agent.models import WARM_START, sampling_copy
-    policy = load_policy(lora=WARM_START)
+    from alfrl.agent.models import DEFAULT_WARM_START, sampling_copy
+    policy = load_policy(lora=DEFAULT_WARM_START)
     before = {n: p.clone() for n, p in policy.model.named_parameters() if "lora_" in n}
     exact = sampling_copy(policy, "float32")
     half = sampling_copy(policy, "bfloat16")

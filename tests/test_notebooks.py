@@ -402,7 +402,7 @@ def test_nb06_reruns_with_a_smaller_limit(tmp_path):
     from alfrl.eval.evaluate import read_records
 
     parameters = {**dict(NOTEBOOKS)["06_evaluation.ipynb"], "out_dir": str(tmp_path / "eval"), "evaluate_base": False,
-                  "checkpoints": {"warm start": "warmstart"},
+                  "checkpoints": {"warm start": "warmstart_epoch"},
                   "rl_adapter": None, "max_steps": 2, "batch": 3}
     for limit in (3, 2):
         out = tmp_path / f"06_limit{limit}.ipynb"

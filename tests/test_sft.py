@@ -75,8 +75,11 @@ def test_a_fine_tuning_step_lowers_the_loss(policy, games):
 
 
 def _check_shipped(name: str, folder) -> None:
-    """A shipped adapter: found by name, a few MB, and refused for another model with a clear error."""
+    """A shipped adapter: found by name, a few MB, and refused for another model with a clear error. One whose
+    weights the repository keeps out of git (tests/test_tree_size.py) is skipped until they are rebuilt."""
     from alfrl.agent.models import check_adapter, resolve_adapter
+    if not (folder / "adapter_model.safetensors").is_file():
+        pytest.skip(f"{folder.name}'s weights are out of git; rebuild them as its README.md says to test them")
     assert resolve_adapter(name) == check_adapter(name) == folder
     assert (folder / "adapter_model.safetensors").stat().st_size < 6_000_000
     with pytest.raises(ValueError, match="bundled model"):
@@ -114,6 +117,9 @@ def test_the_default_warm_start_continues_the_first():
 
     assert DEFAULT_WARM_START == TrainConfig().init_adapter == DaggerConfig().init_adapter == "warmstart_epoch"
     assert resolve_adapter(DEFAULT_WARM_START) == EPOCH_WARM_START_DIR
+    if not all((d / "adapter_model.safetensors").is_file() for d in (WARM_START_DIR, EXPERT_WARM_START_DIR)):
+        pytest.skip("the first two warm starts' weights are out of git; rebuild them (data/warmstart/README.md, "
+                    "data/warmstart_expert/README.md) to compare the three")
     first, step80, epoch = (load_file(d / "adapter_model.safetensors")
                             for d in (WARM_START_DIR, EXPERT_WARM_START_DIR, EPOCH_WARM_START_DIR))
     assert first.keys() == step80.keys() == epoch.keys()
@@ -135,6 +141,8 @@ def test_the_shipped_grpo_adapters_are_their_warm_start_moved_by_rl(tiny_games, 
 
     folder, start = {"grpo": (GRPO_DIR, WARM_START_DIR), "grpo_scale": (SCALE_GRPO_DIR, EPOCH_WARM_START_DIR)}[name]
     _check_shipped(name, folder)
+    if not (start / "adapter_model.safetensors").is_file():
+        pytest.skip(f"{start.name}'s weights are out of git; rebuild them as its README.md says to compare")
     warm, rl = (load_file(d / "adapter_model.safetensors") for d in (start, folder))
     assert warm.keys() == rl.keys() and all(warm[k].shape == rl[k].shape for k in warm)
     moved = [float((rl[k].float() - warm[k].float()).norm() / warm[k].float().norm()) for k in warm if "lora_B" in k]

@@ -33,7 +33,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def warm():
-    return load_policy(lora="warmstart")
+    return load_policy(lora="warmstart_epoch")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def sampled_gaps(policy, trajectories, temperature: float) -> list[float]:
 
 
 def test_greedy_replies_through_vllm_equal_the_built_in_samplers(engine, warm, game):
-    engine.load_adapter(resolve_adapter("warmstart"))
+    engine.load_adapter(resolve_adapter("warmstart_epoch"))
     builtin = rollout_group(warm, game, GREEDY)
     served = rollout_group(replace(warm, engine=engine), game, GREEDY)
     assert [t.tokens for t in served] == [t.tokens for t in builtin]
@@ -60,7 +60,7 @@ def test_greedy_replies_through_vllm_equal_the_built_in_samplers(engine, warm, g
 
 
 def test_sampled_logprobs_are_the_processed_distributions(engine, warm, game):
-    engine.load_adapter(resolve_adapter("warmstart"))
+    engine.load_adapter(resolve_adapter("warmstart_epoch"))
     sampled = rollout_group(replace(warm, engine=engine), game, replace(GREEDY, temperature=0.6, seed=3))
     gaps = sampled_gaps(warm, sampled, 0.6)
     assert len(gaps) > 20 and max(gaps) < LOGPROB_TOLERANCE
@@ -70,7 +70,7 @@ def test_after_an_update_vllm_serves_the_new_adapter_under_a_new_name(engine, wa
     import copy
 
     policy = copy.deepcopy(warm)
-    engine.load_adapter(resolve_adapter("warmstart"))
+    engine.load_adapter(resolve_adapter("warmstart_epoch"))
     old_name = engine.model
     trajectory = rollout_group(replace(policy, engine=engine), game, replace(GREEDY, k=1))[0]
     # One update: a gradient step that makes the trajectory's own replies likelier.
@@ -98,7 +98,7 @@ def test_a_training_run_samples_on_vllm_and_serves_each_updates_adapter(tiny_gam
     config = TrainConfig(run_dir=str(tmp_path / "run"), data_dir=str(tiny_games.root), split="valid_seen",
                          updates=2, games_per_update=2, k=4, max_steps=4, max_new_tokens=48, temperature=1.0,
                          max_trajectory_tokens=3000, lr=1e-3, lora_rank=4, lora_alpha=8, workers=0,
-                         init_adapter="warmstart", max_expert_steps=None, max_receptacles=None,
+                         init_adapter="warmstart_epoch", max_expert_steps=None, max_receptacles=None,
                          sampler="vllm", tis_cap=2.0, subgoal_reward=0.1,
                          threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")) or None)
     history = train(config, progress=False)
@@ -130,7 +130,7 @@ def test_a_models_own_top_k_never_reaches_the_sampler(warm, game, tmp_path):
     config = VLLMConfig(max_model_len=4096, kv_cache_gb=1, threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")))
     with VLLMServer(model, config) as server:
         engine = VLLMEngine(server.url)
-        engine.load_adapter(resolve_adapter("warmstart"))
+        engine.load_adapter(resolve_adapter("warmstart_epoch"))
         sampled = rollout_group(replace(warm, engine=engine), game, replace(GREEDY, temperature=1.0, seed=5))
     gaps = sampled_gaps(warm, sampled, 1.0)
     assert len(gaps) > 20 and max(gaps) < LOGPROB_TOLERANCE
@@ -143,7 +143,7 @@ def test_a_server_killed_mid_rollout_is_replaced_and_the_episodes_are_unchanged(
     config = VLLMConfig(max_model_len=4096, kv_cache_gb=1, threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")))
     with VLLMServer(resolve_model("bundled"), config) as server:
         engine = VLLMEngine(server.url, revive=server.restart, delays=(0.5, 0.5))
-        engine.load_adapter(resolve_adapter("warmstart"))
+        engine.load_adapter(resolve_adapter("warmstart_epoch"))
         policy = replace(warm, engine=engine)
         undisturbed = rollout_group(policy, game, GREEDY)
         first_url, first_name, complete, calls = server.url, engine.model, engine.complete, []
@@ -179,7 +179,7 @@ def test_a_sigkilled_trainer_takes_its_server_down_and_resumes_where_it_stopped(
     run = tmp_path / "run"
     config = dict(run_dir=str(run), data_dir=str(tiny_games.root), split="valid_seen", updates=2, games_per_update=1,
                   k=4, max_steps=3, max_new_tokens=48, temperature=1.0, max_trajectory_tokens=3000, lora_rank=4,
-                  lora_alpha=8, workers=0, init_adapter="warmstart", max_expert_steps=None, max_receptacles=None,
+                  lora_alpha=8, workers=0, init_adapter="warmstart_epoch", max_expert_steps=None, max_receptacles=None,
                   sampler="vllm", threads=int(os.environ.get("ALFRL_VLLM_THREADS", "0")) or None)
     log = tmp_path / "trainer.log"
     with open(log, "w") as out:

@@ -33,11 +33,12 @@ def _in_repo(path: Path) -> str:
 WARM_START = "warmstart"
 """``lora=WARM_START`` (``--init-adapter warmstart``) loads the first expert warm start shipped with the
 course for the bundled model (``data/warmstart``: 150 walkthroughs of at most 8 steps, made by
-``python -m alfrl sft``)."""
+``python -m alfrl sft``). Its weights are not in git: its README says how to rebuild them."""
 EXPERT_WARM_START = "warmstart_expert"
 """``lora=EXPERT_WARM_START`` loads the second warm start (``data/warmstart_expert``): the first one
 continued on 320 more walkthroughs of up to 20 steps, which wins 54 of the 123 held-out rooms greedily
-against the first one's 20 (docs/results.md). The RL and DAgger runs of docs/results.md started from it."""
+against the first one's 20 (docs/results.md). The RL and DAgger runs of docs/results.md started from it. Its weights are not in git: its README says how to
+rebuild them."""
 EPOCH_WARM_START = "warmstart_epoch"
 """``lora=EPOCH_WARM_START`` loads the default warm start (``data/warmstart_epoch``): the same fine-tune as
 ``warmstart_expert`` run to the end of its epoch (all 880 walkthroughs), which wins 66 of the 123 held-out
@@ -47,7 +48,8 @@ DEFAULT_WARM_START = EPOCH_WARM_START
 """The adapter training starts from unless told otherwise."""
 GRPO = "grpo"
 """``lora=GRPO`` (``--adapter grpo``) loads the first warm start after the 12-update GRPO run of
-docs/results.md, shipped with the course for the bundled model (``data/grpo``)."""
+docs/results.md, for the bundled model (``data/grpo``; its weights are not in git: its README says how to
+rebuild them)."""
 SCALE_GRPO = "grpo_scale"
 """``lora=SCALE_GRPO`` (``--adapter grpo_scale``) loads the default warm start after the scale run's 80 GRPO
 updates on fresh rooms (``data/scale/grpo/adapters/step_00080``), the course's largest RL run."""
@@ -59,7 +61,9 @@ SHIPPED = {WARM_START: ("the first warm start (expert SFT, 150 walkthroughs)", _
            GRPO: ("the shipped GRPO adapter (the first warm start after 12 GRPO updates)", _in_repo(GRPO_DIR)),
            SCALE_GRPO: ("the scale run's GRPO adapter (the default warm start after 80 GRPO updates on fresh rooms)",
                         _in_repo(SCALE_GRPO_DIR))}
-"""The adapters that ship with the course, by name: what they are, and their folder in the repository."""
+"""The course's adapters, by name: what they are, and their folder in the repository. The weights of
+``warmstart_epoch`` and ``grpo_scale`` are in git; the others' folders hold their config and record, and a
+README that says how to rebuild them (``tests/test_tree_size.py``)."""
 _SFT = ("make one for it with: python -m alfrl sft --model {model} --out runs/sft, then pass "
         "--init-adapter runs/sft/adapter")
 _TRAIN = ("train one for it with: python -m alfrl train --model {model} --run-dir runs/mine, then pass "
@@ -295,9 +299,23 @@ def adapter_actions(adapter: str | Path) -> str:
 
 
 ADAPTER_FIX = ("the adapter is damaged: save it again (a training checkpoint, or python -m alfrl sft), restore "
-               "a shipped one with git checkout -- data/warmstart_epoch (or data/warmstart_expert, data/warmstart, "
-               "data/grpo), or pass "
-               "another adapter")
+               "a shipped one with git checkout -- data/warmstart_epoch (or data/scale/grpo/adapters/step_00080), "
+               "or pass another adapter")
+WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+"""The files that hold a saved adapter's weights (peft writes the first; the second is its older format)."""
+
+
+def missing_weights(path: Path) -> str | None:
+    """Why the adapter folder ``path`` cannot load (its config is there, its weights are not), or None. An adapter
+    the repository keeps out of git (its README says so, and how to rebuild it) is named as such."""
+    if any((path / name).is_file() for name in WEIGHTS):
+        return None
+    readme = path / "README.md"
+    if readme.is_file() and "Weights not in git" in readme.read_text():
+        return (f"{path} holds this adapter's config and record but not its weights: the repository keeps them out "
+                f"of git to stay small; rebuild them as {readme} says, or pass another adapter (the default warm "
+                "start, warmstart_epoch, is in git)")
+    return f"{path} holds an adapter_config.json but no adapter_model.safetensors: {ADAPTER_FIX}"
 
 
 def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
@@ -321,6 +339,8 @@ def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
         found = f"peft_type {data.get('peft_type')!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise ValueError(f"{config} is not a LoRA adapter's config (it holds {found}, not an object with "
                          f"peft_type 'LORA'); {ADAPTER_FIX}")
+    if (why := missing_weights(path)) is not None:
+        raise FileNotFoundError(why)
     return path
 
 
@@ -337,6 +357,8 @@ def resolve_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:
     if not (path / "adapter_config.json").is_file():
         raise FileNotFoundError(f"{what} is missing from {path}; restore it with git checkout -- {folder}, "
                                 f"or remake it (see {folder}/README.md)")
+    if (why := missing_weights(path)) is not None:
+        raise FileNotFoundError(f"{what}: {why}")
     return path
 
 

@@ -2,13 +2,13 @@
 picked from it with a matched set of controls never trained on, and the wins at every visit of a
 practised game during training.
 
-``python -m alfrl profile --games data/practice/candidates.txt --out runs/profile/warmstart`` plays
+``python -m alfrl profile --games data/practice/candidates.txt --out runs/profile/warmstart_epoch`` plays
 every listed game K times at the rollout temperature and writes ``OUT/profile.jsonl``: one line per game
 (its wins out of K and each branch's outcome), appended as each group ends, so ``--resume`` continues an
 interrupted profile. The same command, with ``--k 16`` or ``--temperature 0`` on a pool's games, is the
 before/after evaluation of the practice result (``scripts/practice_result.py``).
 
-``python -m alfrl pool --profile runs/profile/warmstart/profile.jsonl`` picks the pool: games of
+``python -m alfrl pool --profile runs/profile/warmstart_epoch/profile.jsonl`` picks the pool: games of
 intermediate difficulty, paired by win rate, one of each pair practised and the other a control.
 
 Taught in notebooks 05 (wins at each visit of a practised game) and 06 (the profile, the pool and
@@ -39,7 +39,7 @@ class ProfileConfig:
     ``python -m alfrl profile``. The defaults are the cpu preset's rollouts (its temperature, rooms and
     episode budgets) with the first warm start (the practice pool was chosen from its profile)."""
 
-    out: str = "runs/profile/warmstart"
+    out: str = "runs/profile/warmstart_epoch"
     """Folder for profile.jsonl (one line per game), trajectories.jsonl (every episode) and config.json."""
     games: str | None = None
     """The games to play: a text file with one game id per line (e.g. data/practice/candidates.txt), a
@@ -51,8 +51,8 @@ class ProfileConfig:
     """Continue an interrupted profile in ``out`` (games already recorded are skipped)."""
     model: str = BUNDLED
     """A hub id, a local model directory, or "bundled"."""
-    adapter: str | None = "warmstart"
-    """The LoRA adapter to profile: "warmstart", "grpo", a folder (e.g. runs/practice/checkpoints/step_00020/adapter),
+    adapter: str | None = "warmstart_epoch"
+    """The LoRA adapter to profile: "warmstart_epoch" (the default warm start, the practice preset's start), a folder (e.g. runs/practice/checkpoints/step_00020/adapter),
     or "none" for the bare model."""
     data_dir: str | None = None
     """Games folder (default: the committed generated games)."""
