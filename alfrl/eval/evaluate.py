@@ -55,10 +55,9 @@ class EvalConfig:
     """A hub id, a local model directory, or "bundled"."""
     adapter: str | None = None
     """A saved LoRA adapter to evaluate (e.g. runs/cpu/checkpoints/step_00003/adapter), or a shipped one:
-    "warmstart_epoch" (data/warmstart_epoch, the default warm start), "warmstart_expert" (data/warmstart_expert,
-    its step 80), "warmstart" (data/warmstart, the first one), "grpo" (data/grpo, the first warm start after
-    the 12-update GRPO run of docs/results.md) or "grpo_scale" (the default warm start after the scale run's 80
-    GRPO updates)."""
+    "warmstart_epoch" (data/warmstart_epoch, the default warm start) or "grpo_scale" (the default warm start after
+    the scale run's 80 GRPO updates); "warmstart", "warmstart_expert" and "grpo", the earlier ones, once their
+    weights are rebuilt (their READMEs)."""
     dtype: str = "auto"
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     device: str = "auto"

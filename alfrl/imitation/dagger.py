@@ -257,8 +257,8 @@ class DaggerConfig:
     dtype: str = "auto"
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16"."""
     init_adapter: str | None = DEFAULT_WARM_START
-    """The policy of the first round: a saved adapter (a folder, or a shipped one: "warmstart_epoch",
-    "warmstart_expert", "warmstart"); None: a fresh one."""
+    """The policy of the first round: a saved adapter (a folder, or a shipped one: "warmstart_epoch"; the earlier
+    "warmstart_expert", "warmstart" once rebuilt); None: a fresh one."""
     data_dir: str | None = None
     """Games folder (default: the committed generated games)."""
     split: str = "train"

@@ -60,8 +60,8 @@ class SFTConfig:
     dtype: str = "auto"
     """Model dtype: "auto" (bfloat16 on a CUDA GPU, float32 elsewhere), or "float32", "bfloat16", "float16"."""
     init_adapter: str | None = None
-    """Continue training a saved adapter (a folder, or a shipped one: "warmstart_epoch",
-    "warmstart_expert", "warmstart", "grpo", "grpo_scale") instead of a fresh one."""
+    """Continue training a saved adapter (a folder, or a shipped one: "warmstart_epoch", "grpo_scale"; the
+    earlier "warmstart", "warmstart_expert", "grpo" once rebuilt) instead of a fresh one."""
     lora_rank: int = 16
     """LoRA rank."""
     lora_alpha: int = 32

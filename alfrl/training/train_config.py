@@ -42,7 +42,8 @@ class TrainConfig:
     model: "warmstart_epoch" (the default warm start, expert SFT on 1,030 walkthroughs), "warmstart_expert" (its
     step 80, 470 walkthroughs; the RL runs on top of a warm start that searches, in docs/results.md, started from
     it), "warmstart" (the first one, 150 short walkthroughs; the other RL runs of docs/results.md started from it),
-    "grpo" or "grpo_scale" (the shipped GRPO adapters, to train them further); or "none" for a fresh adapter."""
+    "grpo" or "grpo_scale" (the GRPO adapters, to train them further); or "none" for a fresh adapter. Git holds the
+    weights of warmstart_epoch and grpo_scale; the others' READMEs rebuild theirs."""
     lora_rank: int = 8
     """Rank of a fresh LoRA adapter."""
     lora_alpha: int = 16
