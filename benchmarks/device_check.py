@@ -16,13 +16,20 @@ are. Each check reports its numbers and ``ok``; the JSON report is rewritten aft
 3. ``ppo_gradients``: one :func:`alfrl.rl.ppo.ppo_step` with a bfloat16 base and a float32 LoRA adapter on all
    seven projections: its LoRA gradients with gradient checkpointing on and off (cosine > 0.9999) and
    against a float32 copy of the same weights (cosine > 0.99); with truncated importance sampling at cap 2
-   acting on half the tokens, the loss equals the one computed by hand;
+   acting on half the tokens, the loss equals the one computed by hand (the TIS formula; the real gap between
+   sampler and trainer is ``sampler_gap``'s);
 4. ``train_resume``: ``alfrl.training.train`` for 2 updates with a tiny random Qwen3 model folder and the bundled
    tokenizer, and the same run stopped after update 1 and resumed: the same log;
 5. ``update_4b`` and ``rollout_4b`` (:mod:`device_check_scale`): the reference preset's update on a random
    Qwen3-4B with rank-32 LoRA over 12K- and 6K-token trajectories, and an 8-branch rollout grown to about
    11.5K columns through uneven turns, PEFT against merged weights: seconds, tokens/s, peak memory (on a
-   CPU only in a dry run, on a small shape).
+   CPU only in a dry run, on a small shape), each under a stated memory and time ceiling on the GPU
+   (``device_check_scale.REFERENCE``);
+6. ``naive_gradient`` and ``sampler_gap`` (:mod:`device_check_truth`): the update's gradient against a loss written
+   from scratch (full ``log_softmax``, gathered, masked mean; cosine > 0.9999) and a float64 finite difference; the
+   sampler's logprobs at temperature 1 against the trainer's on its own output, on the 4B shape with a nonzero
+   LoRA, with the TIS weights they would give, each against a stated limit. ``tests/test_device_check.py`` plants
+   a shifted mask and a wrong temperature and sees each fail.
 
 Exit code 0 when every check that ran is ok, 1 otherwise.
 """
@@ -36,8 +43,9 @@ import time
 from pathlib import Path
 
 import torch
-from device_check_scale import REFERENCE, SMALL, check_rollout, check_train_resume, check_update
-from device_shapes import SEVEN, TINY_QWEN3, peak_gb, qwen3, reset_peak
+from device_check_scale import QWEN3_4B, REFERENCE, SMALL, check_rollout, check_train_resume, check_update
+from device_check_truth import check_naive_gradient, check_sampler_gap
+from device_shapes import TINY_QWEN3, peak_gb, qwen3, reset_peak, tiny_lora
 
 TOLERANCE = {"float32": 1e-4, "bfloat16": 3e-2}
 """Largest |difference| of attention outputs (values of order 0.1) allowed against the float32 reference."""
@@ -85,23 +93,6 @@ def check_batched_greedy(device: torch.device) -> dict:
         replies[batched] = {b: one[b].tokens + two[b].tokens for b in first}
     same = replies[True] == replies[False]
     return {"branches": 4, "turns": 2, "tokens_per_reply": 16, "equal": same, "ok": same}
-
-
-def _tiny_lora(device: torch.device, dtype: torch.dtype):
-    """The tiny Qwen3 in ``dtype`` with a float32 rank-4 LoRA on all seven projections, B moved off zero (so the
-    gradient reaches A too). The same random weights for every dtype."""
-    from peft import LoraConfig, get_peft_model
-
-
-    model = get_peft_model(qwen3(TINY_QWEN3, device, dtype), LoraConfig(r=4, lora_alpha=8, target_modules=SEVEN,
-                                                                       task_type="CAUSAL_LM"))
-    torch.manual_seed(3)
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            p.data = p.data.float()
-            if "lora_B" in name:
-                p.data.normal_(0, 0.02)
-    return model
 
 
 SAMPLER_SHIFT = (-1.0, 0.3)
@@ -154,7 +145,7 @@ def check_ppo_gradients(device: torch.device) -> dict:
                                             ("bf16_checkpointing", torch.bfloat16, True, 0.0),
                                             ("fp32", torch.float32, False, 0.0), ("fp32_tis", torch.float32, False, 2.0)):
         config = PPOConfig(lr=1e-3, gradient_checkpointing=checkpointing, tis_cap=cap)
-        runs[name] = _gradients(_tiny_lora(device, dtype), config, device)
+        runs[name] = _gradients(tiny_lora(device, dtype), config, device)
     checkpointing = _agreement(runs["bf16_checkpointing"][1], runs["bf16"][1])
     precision = _agreement(runs["bf16"][1], runs["fp32"][1])
     metrics, _, trainer = runs["fp32_tis"]
@@ -177,6 +168,9 @@ def checks_for(device: torch.device, dry_run: bool) -> dict:
     return {"attention": lambda: check_attention(device, 2048 if dry_run else 12288),
             "batched_greedy": lambda: check_batched_greedy(device),
             "ppo_gradients": lambda: check_ppo_gradients(device),
+            "naive_gradient": lambda: check_naive_gradient(device),
+            "sampler_gap": lambda: (check_sampler_gap(device, SMALL.shape, 4, 100, 24) if dry_run
+                                    else check_sampler_gap(device, QWEN3_4B, 8, 1500, 256)),
             "train_resume": lambda: check_train_resume(device),
             "update_4b": lambda: check_update(device, scale),
             "rollout_4b": lambda: check_rollout(device, scale)}
@@ -189,7 +183,8 @@ def main() -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU-sized: 2,048 attention columns, a small Qwen3 shape for the 4B checks")
     parser.add_argument("--only", default=None, help="comma-separated checks to run (default: all); names: "
-                        "attention, batched_greedy, ppo_gradients, train_resume, update_4b, rollout_4b")
+                        "attention, batched_greedy, ppo_gradients, naive_gradient, sampler_gap, train_resume, update_4b, "
+                        "rollout_4b")
     args = parser.parse_args()
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)

@@ -35,6 +35,19 @@ class Scale:
     rollout_prompt: int
     rollout_columns: int
     reply_tokens: int
+    update_ceiling: tuple[float, float] | None = None
+    """(peak GiB, seconds) the update must stay under; None: not checked (a dry run on a CPU)."""
+    rollout_ceiling: tuple[float, float] | None = None
+    """(peak GiB, seconds) each rollout engine must stay under; None: not checked."""
+
+
+def under(ceiling: tuple[float, float] | None, peak: float | None, seconds: float) -> dict:
+    """The ceiling, the figures against it, and whether both are under it (always, without a ceiling)."""
+    if ceiling is None:
+        return {"ceiling": None, "under_ceiling": True}
+    gib, limit = ceiling
+    return {"ceiling": {"peak_gpu_gb": gib, "seconds": limit},
+            "under_ceiling": peak is not None and peak <= gib and seconds <= limit}
 
 
 def lora_model(shape: dict, device: torch.device, rank: int = 32):
@@ -101,8 +114,9 @@ def check_update(device: torch.device, scale: Scale) -> dict:
             "tokens_trained": metrics["tokens_trained"], "seconds": seconds, "peak_gpu_gb": peak_gb(device),
             "loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "lora_max_change": moved,
             "tis_cap": config.tis_cap, "tis_weight_mean": metrics.get("tis_weight_mean"),
-            "gradient_checkpointing": config.gradient_checkpointing,
-            "ok": finite and metrics["grad_norm"] > 0 and moved > 0}
+            "gradient_checkpointing": config.gradient_checkpointing, **(limit := under(scale.update_ceiling,
+                                                                                  peak_gb(device), seconds)),
+            "ok": finite and metrics["grad_norm"] > 0 and moved > 0 and limit["under_ceiling"]}
 
 
 def _grow(session, scale: Scale, vocab: int, device: torch.device) -> dict:
@@ -147,11 +161,14 @@ def check_rollout(device: torch.device, scale: Scale) -> dict:
         model = policy.model if name == "peft" else sampling_copy(policy, "bfloat16").model
         session = GroupSession(model, stop_ids=set(), seeds=list(range(scale.rollout_rows)), pad_id=0)
         reset_peak(device)
-        results[name] = {**_grow(session, scale, vocab, device), "peak_gpu_gb": peak_gb(device)}
+        grown = _grow(session, scale, vocab, device)
+        results[name] = {**grown, "peak_gpu_gb": peak_gb(device),
+                         **under(scale.rollout_ceiling, peak_gb(device), grown["seconds"])}
         del session, model
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    ok = all(r["columns"] >= scale.rollout_columns and r["sampled_tokens"] > 0 for r in results.values())
+    ok = all(r["columns"] >= scale.rollout_columns and r["sampled_tokens"] > 0 and r["under_ceiling"]
+             for r in results.values())
     return {"rows": scale.rollout_rows, "target_columns": scale.rollout_columns, **results, "ok": ok}
 
 
@@ -204,8 +221,14 @@ def check_train_resume(device: torch.device) -> dict:
 
 
 REFERENCE = Scale(shape=QWEN3_4B, update_lengths=(12000, 6000), rollout_rows=8, rollout_prompt=1500,
-                  rollout_columns=11500, reply_tokens=256)
-"""The reference run's sizes: Qwen3-4B, a 12K-token episode (its budget) and a half-length one."""
+                  rollout_columns=11500, reply_tokens=256, update_ceiling=(40.0, 60.0), rollout_ceiling=(50.0, 240.0))
+"""The reference run's sizes: Qwen3-4B, a 12K-token episode (its budget) and a half-length one. The ceilings, from
+the sizes (not yet measured on a GPU): the update holds 8 GB of bfloat16 weights, checkpointed layer inputs (about
+2.2 GB at 12K tokens) and one layer's recomputation, so about 15 GB; 40 GiB leaves a margin on a 78-GiB H100 and
+fails a lost checkpointing or an unchunked head (12K x 152K float32 logits are 7 GB on their own). The rollout's 8
+rows of 11,500 columns cache 147 KB a token (13.5 GB) beside 8 GB of weights and a merged 8-GB copy: about 30 GB,
+under 50 GiB. Time: an update of 18,000 tokens is well under a minute on an H100; a rollout engine decodes about
+2,600 steps of 8 rows, under 4 minutes at 90 ms a step."""
 SMALL = Scale(shape=dict(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=4096,
                          tie_word_embeddings=True),

@@ -1,5 +1,5 @@
 """What the device check's two files share: Qwen3's shapes (Qwen3-4B's real one, a tiny one), a random-weight Qwen3
-built from a shape, the course's LoRA targets, and the GPU's peak memory. Imported by ``device_check.py`` and
+built from a shape, the course's LoRA targets, a tiny LoRA model, and the GPU's peak memory. Imported by ``device_check.py`` and
 ``device_check_scale.py``; nothing here imports either."""
 
 from __future__ import annotations
@@ -44,3 +44,20 @@ def qwen3(shape: dict, device: torch.device, dtype: torch.dtype, seed: int = 0):
 
 SEVEN = list(LoraSpec().target_modules)
 """Every projection of a Qwen3 layer: the course's LoRA targets (alfrl.agent.models.LoraSpec)."""
+
+
+def tiny_lora(device: torch.device, dtype: torch.dtype, shape: dict = TINY_QWEN3):
+    """A random Qwen3 of ``shape`` (the tiny one by default) in ``dtype`` with a float32 rank-4 LoRA on all seven
+    projections, B moved off zero (so the gradient reaches A too, and the adapter changes the outputs). The same
+    random weights for every dtype."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(qwen3(shape, device, dtype), LoraConfig(r=4, lora_alpha=8, target_modules=SEVEN,
+                                                                   task_type="CAUSAL_LM"))
+    torch.manual_seed(3)
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            p.data = p.data.float()
+            if "lora_B" in name:
+                p.data.normal_(0, 0.02)
+    return model

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from alfrl.base.paths import REPO_ROOT
 
 CHECK = [sys.executable, "benchmarks/device_check.py", "--dry-run", "--device", "cpu"]
@@ -18,8 +20,11 @@ def test_the_device_check_runs_dry_on_the_cpu(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     checks = report["checks"]
-    assert report["ok"] and set(checks) == {"attention", "batched_greedy", "ppo_gradients", "train_resume",
-                                            "update_4b", "rollout_4b"}
+    assert report["ok"] and set(checks) == {"attention", "batched_greedy", "ppo_gradients", "naive_gradient",
+                                            "sampler_gap", "train_resume", "update_4b", "rollout_4b"}
+    assert checks["naive_gradient"]["cosine"] > 0.9999 and checks["naive_gradient"]["fd_rel_error"] < 1e-3
+    assert checks["sampler_gap"]["mean_abs_diff"] < 1e-5 and checks["sampler_gap"]["tokens"] == 4 * 2 * 24
+    assert checks["update_4b"]["ceiling"] is None and checks["update_4b"]["under_ceiling"]  # none on a CPU
     cases = checks["attention"]["cases"]
     assert [(c["q"], c["dtype"]) for c in cases] == [(1, "float32"), (1, "bfloat16"), (300, "float32"),
                                                       (300, "bfloat16")]
@@ -45,3 +50,45 @@ def test_only_runs_the_named_checks_and_refuses_unknown_ones(tmp_path):
     wrong = subprocess.run([*CHECK, "--only", "decode", "--out", str(out)], cwd=REPO_ROOT, capture_output=True,
                            text=True, timeout=120)
     assert wrong.returncode == 2 and "unknown check(s) ['decode']" in wrong.stderr
+
+
+@pytest.fixture
+def truth(monkeypatch):
+    """benchmarks/device_check_truth.py, imported as device_check.py imports it (benchmarks/ on the path)."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    import device_check_truth
+    return device_check_truth
+
+
+def test_the_naive_gradient_check_fails_on_a_shifted_mask(truth, monkeypatch):
+    """A trainer that reads each sampled token's logprob one position late (its mask shifted right) trains the
+    wrong tokens: the update's gradient no longer matches the one written from scratch."""
+    import torch
+
+    import alfrl.rl.ppo as ppo
+    assert truth.check_naive_gradient(torch.device("cpu"))["ok"]
+    real = ppo.sequence_logprobs
+
+    def shifted(model, sequences, *args, masks=None, **kwargs):
+        logp = real(model, sequences, *args, masks=[[0] + list(m[:-1]) for m in masks], **kwargs)
+        return torch.nn.functional.pad(logp[:, 1:], (0, 1))  # the value of position i+1 read at i
+
+    monkeypatch.setattr(ppo, "sequence_logprobs", shifted)
+    planted = truth.check_naive_gradient(torch.device("cpu"))
+    assert not planted["ok"] and planted["cosine"] < 0.9999
+
+
+def test_the_sampler_gap_check_fails_on_a_wrong_temperature(truth, monkeypatch):
+    """A sampler that samples and reports its logprobs at 0.8 of the temperature it was asked for: the trainer's
+    logprobs at temperature 1 disagree with them beyond the stated limits."""
+    import torch
+    from device_check_scale import SMALL
+
+    import alfrl.agent.sampler as sampler
+    honest = truth.check_sampler_gap(torch.device("cpu"), SMALL.shape, 4, 100, 24)
+    assert honest["ok"] and honest["mean_abs_diff"] < 1e-5 and honest["tis_weight_mean"] == pytest.approx(1.0)
+    real = sampler.token_distribution
+    monkeypatch.setattr(sampler, "token_distribution",
+                        lambda logits, temperature, top_p: real(logits, temperature * 0.8, top_p))
+    planted = truth.check_sampler_gap(torch.device("cpu"), SMALL.shape, 4, 100, 24)
+    assert not planted["ok"] and planted["mean_abs_diff"] > truth.GAP_LIMITS["mean_abs_diff"]
