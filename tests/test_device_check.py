@@ -4,6 +4,7 @@ sizes and passes, the report is written, and --only picks checks."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,11 +15,27 @@ from alfrl.base.paths import REPO_ROOT
 CHECK = [sys.executable, "benchmarks/device_check.py", "--dry-run", "--device", "cpu"]
 
 
-def test_the_device_check_runs_dry_on_the_cpu(tmp_path):
-    out = tmp_path / "report.json"
-    done = subprocess.run([*CHECK, "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+def test_the_one_command_gpu_check_runs_dry_on_the_cpu(tmp_path):
+    """benchmarks/gpu_check.sh --dry-run, as CI runs it: every step of device_check.py passes on small shapes, each
+    writes its JSON, and the summary and the versions are there: at most 8 files."""
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=1200,
+                          env={**os.environ, "OUT": str(out), "WHEELS": str(tmp_path / "none"), "PYTHON": sys.executable})
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(out.read_text())
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["basics.json", "env.json", "rollout.json", "sampler.json", "summary.json", "train.json",
+                     "update.json"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ok"] and summary["dry_run"] and [s["exit_code"] for s in summary["steps"]] == [0] * 5
+    assert sum(s["gpu_cap_seconds"] for s in summary["steps"]) <= 8 * 60  # room for a rerun in 15 minutes of GPU
+    env = json.loads((out / "env.json").read_text())
+    assert env["packages"]["torch"] == __import__("torch").__version__ and env["carried_wheels"] == []
+    report = {"ok": True, "checks": {}}
+    for step in ("basics", "sampler", "train", "update", "rollout"):
+        part = json.loads((out / f"{step}.json").read_text())
+        report["ok"] &= part["ok"] and part["dry_run"]
+        report["checks"].update(part["checks"])
     checks = report["checks"]
     assert report["ok"] and set(checks) == {"attention", "batched_greedy", "ppo_gradients", "naive_gradient",
                                             "sampler_gap", "train_resume", "update_4b", "rollout_4b"}
