@@ -174,10 +174,11 @@ def check_rollout(device: torch.device, scale: Scale) -> dict:
 
 def tiny_model_folder(folder: str) -> str:
     """A tiny random Qwen3 with the bundled model's tokenizer (offline), saved as a model folder."""
-    from alfrl.agent.models import load_tokenizer
+    from transformers import AutoTokenizer
 
+    from alfrl.agent.bundled import bundled_tokenizer_dir
 
-    tokenizer = load_tokenizer("bundled")
+    tokenizer = AutoTokenizer.from_pretrained(str(bundled_tokenizer_dir()))  # no weights needed
     model = qwen3({**TINY_QWEN3, "vocab_size": len(tokenizer)}, torch.device("cpu"), torch.float32)
     model.config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(folder)

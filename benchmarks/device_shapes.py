@@ -32,14 +32,9 @@ def qwen3(shape: dict, device: torch.device, dtype: torch.dtype, seed: int = 0):
     from transformers import Qwen3Config, Qwen3ForCausalLM
     torch.manual_seed(seed)
     config = Qwen3Config(**shape, attn_implementation="sdpa")
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = Qwen3ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(default)
-    return model.eval()
+    with torch.device(device):  # built in float32, then cast: the same weights for every dtype (transformers
+        model = Qwen3ForCausalLM(config)  # 5.17 draws other random weights when built in bfloat16)
+    return model.to(dtype).eval()
 
 
 SEVEN = list(LoraSpec().target_modules)

@@ -6,7 +6,8 @@
 #
 # 1. Installs the wheels carried beside the tree ($WHEELS, default runs/gpu_wheels, made here by
 #    scripts/gpu_wheels.sh; docs/gpu.md lists them) into a target folder, never into the image's own packages,
-#    and writes $OUT/env.json: the versions the checks ran at.
+#    points $ALFRL_CACHE at the tokenizer carried with them, and writes $OUT/env.json: the versions the checks
+#    ran at.
 # 2. Runs benchmarks/device_check.py in five steps, each under its own time cap, each writing $OUT/STEP.json as it
 #    goes (a step cut by its cap keeps what it measured). Then $OUT/summary.json: each step's exit code, seconds
 #    and ok. At most 7 files.
@@ -37,6 +38,7 @@ if compgen -G "$WHEELS/*.whl" > /dev/null; then
     installed=("$WHEELS"/*.whl)
 fi
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [[ -d "$WHEELS/cache" ]]; then export ALFRL_CACHE="$WHEELS/cache"; fi  # the bundled tokenizer, carried
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 "$PY" - "$OUT/env.json" "$(( $(date +%s) - start ))" "${installed[@]##*/}" <<'EOF'
 import json, platform, sys

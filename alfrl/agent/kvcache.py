@@ -34,12 +34,18 @@ Taught in notebook 03 (decoding a group's branches together).
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from alfrl.agent.attention import gqa_attention
 
+CACHE = "cache" if "cache" in {f.name for f in fields(BaseModelOutputWithPast)} else "past_key_values"
+"""What transformers calls the KV cache, as a forward's argument and on its output: ``cache`` from 5.24,
+``past_key_values`` before (5.17 on the GPU machine's image)."""
 MIN_SPARE = 256
 """Spare columns allocated when a layer's buffer grows (or half the length, if more)."""
 PREFILL_MIN = 16
@@ -155,8 +161,8 @@ class GroupCache:
         prefill = self.prefill_dtype is not None and width >= PREFILL_MIN
         with torch.autocast(self.device.type, dtype=self.prefill_dtype, enabled=prefill), gqa_attention(self.model):
             out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask.long(),
-                             position_ids=positions, cache=self.cache, use_cache=True, logits_to_keep=keep)
-        self.cache = out.cache
+                             position_ids=positions, use_cache=True, logits_to_keep=keep, **{CACHE: self.cache})
+        self.cache = getattr(out, CACHE)
         self.mask = mask
         self.positions = self.positions + counts
         if every_position:

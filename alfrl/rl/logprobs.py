@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from alfrl.agent.kvcache import CACHE
 from alfrl.rl.prefix import SharedPrefix
 
 
@@ -85,8 +86,8 @@ def sequence_logprobs(model, sequences: list[list[int]], temperature: float = 1.
         n = prefix.length
         if any(len(s) <= n or list(s[:n]) != prefix.tokens for s in sequences):
             raise ValueError(f"every sequence must start with the shared prefix ({n} tokens) and go on after it")
-        rest = decoder(input_ids=ids[:, n:], attention_mask=mask, cache=prefix.cache(len(sequences)),
-                       use_cache=True).last_hidden_state
+        rest = decoder(input_ids=ids[:, n:], attention_mask=mask, use_cache=True,
+                       **{CACHE: prefix.cache(len(sequences))}).last_hidden_state
         hidden = torch.cat([prefix.hidden_for(len(sequences), rest.dtype), rest], dim=1)
     wanted = mask.bool()
     if masks is not None:

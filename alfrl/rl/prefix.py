@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from alfrl.agent.kvcache import CACHE
 from alfrl.rl.trajectory import Trajectory
 
 MIN_SHARED = 32
@@ -137,7 +138,7 @@ def run_prefix(decoder, config, tokens: list[int]) -> SharedPrefix:
     device = next(decoder.parameters()).device
     ids = torch.tensor([tokens], dtype=torch.long, device=device)
     cache = DynamicCache(config=config)
-    out = decoder(input_ids=ids, cache=cache, use_cache=True)
+    out = decoder(input_ids=ids, use_cache=True, **{CACHE: cache})
     layers = cache.layers
     outputs = [out.last_hidden_state, *[layer.keys for layer in layers], *[layer.values for layer in layers]]
     grad = torch.is_grad_enabled()
