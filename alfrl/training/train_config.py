@@ -300,7 +300,8 @@ practice: the same method on a fixed pool of 8 training games, each revisited 5 
 controls). scale: the cpu preset's method for the reference run's 80 updates (at most 5,120 episodes), fresh
 rooms every update (:func:`scale_preset`). reference: the reference run's settings (8 games x 8, 50 steps, 12K
 tokens, temperature 1, LoRA rank 32, lr 1e-6) for a GPU, with truncated importance sampling (cap 2) for its bf16
-sampler."""
+sampler, checkpoints every 5 updates, and one group a rollout for the built-in sampler (its cache of 64 rows of 12K
+tokens would be 105 GiB; with ``--sampler vllm`` pass ``--groups-per-batch 8``: docs/gpu.md)."""
 
 
 def preset(name: str, **overrides) -> TrainConfig:
