@@ -247,3 +247,20 @@ def test_failure_table_reads_the_lost_episodes_by_hand():
 
 def test_a_tiny_p_value_keeps_its_size_in_a_table():
     assert [p_text(p) for p in (14 / 64, 0.0156, 0.00978, 5.7e-14, 1.0)] == ["0.22", "0.02", "1e-02", "6e-14", "1.00"]
+
+
+def test_a_merged_copy_plays_the_same_greedy_game_and_bad_dtypes_are_named(tmp_path, tiny_games):
+    """--sample-dtype float32 merges the adapter into a float32 copy: up to rounding the same policy, so the same
+    greedy actions as the PEFT model; bfloat16 with --prefill-dtype bfloat16 plays (faster on AMX, rounding may
+    change a choice); a dtype that cannot work is refused before anything loads."""
+    settings = dict(adapter="warmstart_epoch", temperature=0.0, limit=1, max_steps=3, max_new_tokens=24)
+    runs = {}
+    for name, extra in (("peft", {}), ("merged", {"sample_dtype": "float32"}),
+                        ("bf16", {"sample_dtype": "bfloat16", "prefill_dtype": "bfloat16"})):
+        evaluate(tiny_eval(tmp_path / name, tiny_games.root, **settings, **extra), progress=False)
+        (record,) = read_records(tmp_path / name)
+        runs[name] = [turn["action"] for turn in record["trajectory"]["turns"]]
+    assert runs["merged"] == runs["peft"] and len(runs["peft"]) == 3 and len(runs["bf16"]) == 3
+    for flag, value in (("sample_dtype", "fp32"), ("prefill_dtype", "float32")):
+        with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} '{value}'"):
+            evaluate(tiny_eval(tmp_path / "bad", tiny_games.root, **{flag: value}), progress=False)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from alfrl.agent.models import (BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype, thinking_switch,
-                                torch_threads)
+from alfrl.agent.models import (BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype, sampling_copy,
+                                thinking_switch, torch_threads)
 from alfrl.agent.protocol import check_action_list, policy_format
 from alfrl.base.checkpoint import read_jsonl
 from alfrl.base.checks import Range, check_fields
@@ -97,6 +97,13 @@ class EvalConfig:
     plan_every: int = 0
     """Hierarchical play, as the checkpoint was trained: planner turns first, every this many steps and after a
     subgoal is reached (0: off)."""
+    sample_dtype: str | None = None
+    """Play with the adapter merged into a copy of the model in this dtype ("float32", "bfloat16";
+    alfrl.agent.models.sampling_copy): the same policy up to rounding, without the adapter's extra products at every
+    step. None: the model as loaded."""
+    prefill_dtype: str | None = None
+    """Read prompts and tool results under this autocast dtype ("bfloat16": faster on a CPU with AMX or
+    avx512_bf16, as the cpu preset's rollouts); replies are still decoded in the model's dtype. None: off."""
     batch: int = 8
     """Games played at once, decoded in one batch: on a CPU, 8 rows cost about twice one row per
     token, so 8 games take about a quarter of the time. Results do not depend on it (up to float
@@ -115,6 +122,10 @@ class EvalConfig:
         resolve_dtype(self.dtype, resolve_device(self.device))
         thinking_switch(self.thinking)
         check_action_list(self.actions, auto_ok=True)
+        for flag, value in (("--sample-dtype", self.sample_dtype), ("--prefill-dtype", self.prefill_dtype)):
+            if value not in (None, "float32", "bfloat16", "float16") or (flag == "--prefill-dtype" and value == "float32"):
+                raise ValueError(f"{flag} {value!r}: use bfloat16 or float16" + (" or float32" if "sample" in flag else "")
+                                 + ", or leave it out")
 
 
 def game_record(split: str, trajectory) -> dict:
@@ -222,12 +233,14 @@ def _play(config: EvalConfig, policy, games: list, done: set[tuple[str, str]], o
     if policy is None:
         policy = load_policy(config.model, lora=config.adapter, dtype=config.dtype, device=config.device,
                              thinking=config.thinking)
+    if config.sample_dtype:
+        policy = sampling_copy(policy, config.sample_dtype)
     policy.model.eval()
     fmt = policy_format(policy, config.actions)
     rollout = RolloutConfig(k=1, max_steps=config.max_steps, max_trajectory_tokens=config.max_trajectory_tokens,
                             max_new_tokens=config.max_new_tokens, temperature=config.temperature,
                             seed=config.seed, workers=0, draft_tokens=config.draft_tokens,
-                            plan_every=config.plan_every, actions=config.actions)
+                            plan_every=config.plan_every, actions=config.actions, prefill_dtype=config.prefill_dtype)
     bar = tqdm(total=len(todo), desc=f"eval {config.split}", unit="game", disable=not progress)
     won = played = turn = 0
 
