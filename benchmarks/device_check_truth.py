@@ -31,12 +31,12 @@ ENTROPY = 1.5
 next-token distributions are nearly flat (entropy near log of the vocabulary), and on flat distributions a wrong
 temperature changes almost nothing; at 1.5 nats they are as peaked as a trained model's."""
 
-GAP_LIMITS = {"mean_abs_diff": 0.02, "max_abs_diff": 1.0, "tis_weight_mean": (0.98, 1.02),
-              "tis_capped_fraction": 0.01}
-"""Sampler against trainer on the same weights: mean |logprob difference| per sampled token, the largest one, the
-mean TIS weight (1 when the two agree) and the share of tokens whose weight the cap of 2 cuts. bfloat16 rounding
-of two different computations (a cached decode against one full forward) stays well inside them; a temperature
-off by 10% on peaked distributions, or a different adapter, does not."""
+GAP_LIMITS = {"mean_abs_diff": 0.02, "tis_weight_mean": (0.98, 1.02), "tis_capped_fraction": 0.01}
+"""Sampler against trainer on the same weights: mean |logprob difference| per sampled token, the mean TIS weight (1
+when the two agree) and the share of tokens whose weight the cap of 2 cuts; the largest difference is reported, not
+judged (one token of thousands may round far in bfloat16). Not yet measured on a GPU: bfloat16 rounding of two
+computations (a cached decode against one full forward) is expected well inside them, a temperature off by 20% on
+peaked distributions, or another adapter, far outside (tests/test_device_check.py plants the temperature)."""
 
 
 def sharpen(model, vocab: int, target: float | None = None) -> float:
@@ -60,7 +60,9 @@ def sharpen(model, vocab: int, target: float | None = None) -> float:
         middle = (low + high) / 2
         low, high = (middle, high) if entropy(2 ** middle) > target else (low, middle)
     scale = 2 ** ((low + high) / 2)
-    entropy(scale)  # leaves the weight at this scale
+    reached = entropy(scale)  # leaves the weight at this scale
+    if abs(reached - target) > 0.3:
+        raise RuntimeError(f"could not sharpen the logits to {target} nats (reached {reached:.2f} at scale {scale:.3g})")
     return scale
 
 
@@ -83,8 +85,10 @@ def check_naive_gradient(device: torch.device) -> dict:
     model = tiny_lora(device, torch.float32)
     sharpen(model, TINY_QWEN3["vocab_size"])
     g = torch.Generator().manual_seed(21)
-    sequences = [torch.randint(1, TINY_QWEN3["vocab_size"], (160,), generator=g).tolist() for _ in range(2)]
-    masks = [[0] * 60 + [1] * 40 + [0] * 30 + [1] * 30, [0] * 90 + [1] * 70]  # two replies, then one
+    shared = torch.randint(1, TINY_QWEN3["vocab_size"], (60,), generator=g).tolist()  # a prompt both branches share:
+    sequences = [shared + torch.randint(1, TINY_QWEN3["vocab_size"], (100,), generator=g).tolist()  # the update runs it
+                 for _ in range(2)]  # once and the rest on its cached keys and values (alfrl.rl.prefix)
+    masks = [[0] * 60 + [1] * 40 + [0] * 30 + [1] * 30, [0] * 60 + [1] * 25 + [0] * 45 + [1] * 30]  # two turns each
     advantages = [1.0, -0.5]
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
 
@@ -177,7 +181,7 @@ def check_sampler_gap(device: torch.device, shape: dict, rows: int, prompt: int,
                "sampled_nll_mean": float(-sampler_all[on].mean())}
     low, high = GAP_LIMITS["tis_weight_mean"]
     ok = (0.05 <= figures["sampled_nll_mean"] <= 5.0  # peaked, not one-hot: a temperature shows in the logprobs
-          and figures["mean_abs_diff"] <= GAP_LIMITS["mean_abs_diff"] and figures["max_abs_diff"] <= GAP_LIMITS["max_abs_diff"]
+          and figures["mean_abs_diff"] <= GAP_LIMITS["mean_abs_diff"]
           and low <= figures["tis_weight_mean"] <= high
           and figures["tis_capped_fraction"] <= GAP_LIMITS["tis_capped_fraction"])
     return {"dtype": str(dtype).removeprefix("torch."), "rows": rows, "prompt_tokens": prompt, "reply_tokens": reply,

@@ -20,11 +20,12 @@ cd "$ROOT"
 PY="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/runs/gpu_check}"
 WHEELS="${WHEELS:-$ROOT/runs/gpu_wheels}"
-SITE="${SITE:-${TMPDIR:-/tmp}/alfrl_gpu_site}"
+SITE="${SITE:-$(mktemp -d)}"  # a fresh folder: pip --target keeps what an older install left there
 DRY=()
 SLOWER=1  # a dry run's caps: 4 times the GPU's, for a 2-core CPU with other work on it
 if [[ "${1:-}" == "--dry-run" ]]; then DRY=(--dry-run --device cpu); SLOWER=4; fi
 mkdir -p "$OUT"
+rm -f "$OUT"/*.json  # a reused folder: no step's JSON from an earlier run
 say() { printf '[gpu_check] %s\n' "$*"; }
 
 # ---- 1. the carried wheels, into a folder of their own
@@ -36,8 +37,10 @@ if compgen -G "$WHEELS/*.whl" > /dev/null; then
         || { say "FAILED: pip install of the carried wheels (see $OUT/pip.log)"; exit 2; }
     rm -f "$OUT/pip.log"
     installed=("$WHEELS"/*.whl)
+    export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [[ -d "$WHEELS/cache" ]]; then export ALFRL_CACHE="$WHEELS/cache"; fi  # the bundled tokenizer, carried
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 "$PY" - "$OUT/env.json" "$(( $(date +%s) - start ))" "${installed[@]##*/}" <<'EOF'

@@ -77,9 +77,14 @@ def save(run: Path, repo: Path) -> str:
     folder = repo / CARRY / name
     step = pack(run, folder)
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-    git(repo, "add", "-f", "--", f"{CARRY}/{name}")
-    git(repo, "commit", "-q", "-m", f"carry: {name} at step {step} ({size / 1e6:.1f} MB; the next commit takes "
-        f"it out of the tree, scripts/carry_run.py restore {run} brings it back)", "--", f"{CARRY}/{name}")
+    try:
+        git(repo, "add", "-f", "--", f"{CARRY}/{name}")
+        git(repo, "commit", "-q", "-m", f"carry: {name} at step {step} ({size / 1e6:.1f} MB; the next commit takes "
+            f"it out of the tree, scripts/carry_run.py restore {run} brings it back)", "--", f"{CARRY}/{name}")
+    except subprocess.CalledProcessError as e:  # nothing committed: leave nothing staged either
+        subprocess.run(["git", "-C", str(repo), "reset", "-q", "--", f"{CARRY}/{name}"], check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise SystemExit(f"git could not commit the carried state: {e.stderr.strip()}") from None
     commit = git(repo, "rev-parse", "HEAD")
     git(repo, "rm", "-r", "-q", "--", f"{CARRY}/{name}")
     git(repo, "commit", "-q", "-m", f"carry: {name} out of the tree again (held by {commit[:10]})",
@@ -91,8 +96,8 @@ def save(run: Path, repo: Path) -> str:
 
 
 def carried_commit(name: str, repo: Path) -> str | None:
-    """The newest commit that added ``carry/<name>`` (its subject says ``carry: <name> at step``)."""
-    found = git(repo, "log", "--format=%H", "-n", "1", "--fixed-strings", f"--grep=carry: {name} at step")
+    """The newest commit that added ``carry/<name>`` (in the history's order, not the clocks')."""
+    found = git(repo, "log", "--format=%H", "-n", "1", "--topo-order", "--diff-filter=A", "--", f"{CARRY}/{name}")
     return found or None
 
 
@@ -116,6 +121,9 @@ def restore(run: Path, repo: Path, force: bool = False) -> int:
             have = json.loads((here / "state.json").read_text())["step"]
             raise SystemExit(f"{run} already has a checkpoint (step {have}; the carried one is step {step}): "
                              "resume it as it is, or pass --force to replace the folder with the carried state")
+        if run.exists() and any(run.iterdir()) and not force:
+            raise SystemExit(f"{run} is not empty (a run without a checkpoint yet?): move it away, or pass --force "
+                             "to replace it with the carried state")
         if run.exists():
             shutil.rmtree(run)
         run.parent.mkdir(parents=True, exist_ok=True)

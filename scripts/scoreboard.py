@@ -93,7 +93,7 @@ def cell_text(won: int, games: int) -> str:
 
 
 def markdown(board: dict) -> str:
-    columns = [c for c in SETS if any(c in row for row in board.values())] + [c for c in SETS if c == "155"]
+    columns = [c for c in SETS if c == "155" or any(c in row for row in board.values())]
     head = "| model stage | " + " | ".join(f"{c}" for c in columns) + " |"
     rows = [head, "|" + "---|" * (len(columns) + 1)]
     for stage, row in board.items():

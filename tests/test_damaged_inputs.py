@@ -140,5 +140,5 @@ def test_an_adapter_without_its_weights_is_refused_before_the_model_loads(broken
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
                         lambda *a, **k: pytest.fail("the adapter is checked before the model loads"))
     with pytest.raises(FileNotFoundError, match=f"^{broken_adapter} holds an adapter_config.json but no "
-                                                "adapter_model.safetensors: the adapter is damaged"):
+                                                "adapter_model.safetensors \\(or .bin\\): the adapter is damaged"):
         load_policy(lora=str(broken_adapter))

@@ -315,7 +315,7 @@ def missing_weights(path: Path) -> str | None:
         return (f"{path} holds this adapter's config and record but not its weights: the repository keeps them out "
                 f"of git to stay small; rebuild them as {readme} says, or pass another adapter (the default warm "
                 "start, warmstart_epoch, is in git)")
-    return f"{path} holds an adapter_config.json but no adapter_model.safetensors: {ADAPTER_FIX}"
+    return f"{path} holds an adapter_config.json but no adapter_model.safetensors (or .bin): {ADAPTER_FIX}"
 
 
 def check_adapter(adapter: str | Path, model: str = BUNDLED) -> Path:

@@ -130,7 +130,7 @@ def prepare_output_dir(folder: str | Path, kind: str, overwrite: bool = False, r
     return Prepared(path, created=not existed, kept=False)
 
 
-BEFORE_ADDED = {"actions": "auto"}
+BEFORE_ADDED = {"actions": "auto", "sample_dtype": None, "prefill_dtype": None}
 """Settings added to the configs later, with the value every run saved before them had."""
 
 

@@ -37,7 +37,8 @@ TRAJECTORIES = "trajectories.jsonl"
 class ProfileConfig:
     """Which games to play, how often and with which policy; each field is a ``--flag`` of
     ``python -m alfrl profile``. The defaults are the cpu preset's rollouts (its temperature, rooms and
-    episode budgets) with the first warm start (the practice pool was chosen from its profile)."""
+    episode budgets) with the default warm start (the practice preset's start; the committed pool was chosen from
+    the first warm start's profile, ``--adapter warmstart``)."""
 
     out: str = "runs/profile/warmstart_epoch"
     """Folder for profile.jsonl (one line per game), trajectories.jsonl (every episode) and config.json."""

@@ -140,6 +140,9 @@ def run_prefix(decoder, config, tokens: list[int]) -> SharedPrefix:
     cache = DynamicCache(config=config)
     out = decoder(input_ids=ids, use_cache=True, **{CACHE: cache})
     layers = cache.layers
+    if not layers or layers[0].keys is None:  # a model that took the cache under another argument name
+        raise RuntimeError(f"the decoder did not fill the KV cache passed as {CACHE}=; this transformers version "
+                           "names it otherwise (alfrl.agent.kvcache.CACHE)")
     outputs = [out.last_hidden_state, *[layer.keys for layer in layers], *[layer.values for layer in layers]]
     grad = torch.is_grad_enabled()
     leaves = [o.detach().float().requires_grad_(grad) for o in outputs]
