@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 import torch
-from device_shapes import QWEN3_4B, SEVEN, TINY_QWEN3, peak_gb, qwen3, reset_peak
+from device_shapes import QWEN3_4B, SEVEN, TINY_QWEN3, lora_model, peak_gb, qwen3, reset_peak
 
 
 @dataclass(frozen=True)
@@ -48,24 +48,6 @@ def under(ceiling: tuple[float, float] | None, peak: float | None, seconds: floa
     gib, limit = ceiling
     return {"ceiling": {"peak_gpu_gb": gib, "seconds": limit},
             "under_ceiling": peak is not None and peak <= gib and seconds <= limit}
-
-
-def lora_model(shape: dict, device: torch.device, rank: int = 32):
-    """A random Qwen3 of ``shape`` in bfloat16 with a rank-``rank`` float32 LoRA on all seven projections, its B
-    moved off zero so that the adapter changes the outputs (a trained adapter does)."""
-    from peft import LoraConfig, get_peft_model
-
-
-    model = get_peft_model(qwen3(shape, device, torch.bfloat16),
-                           LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=SEVEN, task_type="CAUSAL_LM"))
-    for p in model.parameters():
-        if p.requires_grad:
-            p.data = p.data.float()
-    torch.manual_seed(5)
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            p.data.normal_(0, 0.01)
-    return model
 
 
 def _trajectory(length: int, vocab: int, seed: int, advantage: float):

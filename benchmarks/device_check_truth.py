@@ -24,7 +24,7 @@ import copy
 import time
 
 import torch
-from device_shapes import TINY_QWEN3, peak_gb, reset_peak, tiny_lora
+from device_shapes import TINY_QWEN3, lora_model, peak_gb, reset_peak, tiny_lora
 
 ENTROPY = 1.5
 """The mean next-token entropy (nats) the logits are scaled to, by the final norm's weight: a random Qwen3's
@@ -135,8 +135,6 @@ def check_naive_gradient(device: torch.device) -> dict:
 def check_sampler_gap(device: torch.device, shape: dict, rows: int, prompt: int, reply: int) -> dict:
     """``rows`` branches sampled at T=1 for two turns of ``reply`` tokens after a ``prompt``-token prompt; the
     sampler's logprobs against the trainer's on the finished sequences."""
-    from device_check_scale import lora_model
-
     from alfrl.agent.sampler import GroupSession, SampleConfig
     from alfrl.rl.logprobs import sequence_logprobs
     from alfrl.rl.ppo import sampler_gap

@@ -41,18 +41,25 @@ SEVEN = list(LoraSpec().target_modules)
 """Every projection of a Qwen3 layer: the course's LoRA targets (alfrl.agent.models.LoraSpec)."""
 
 
-def tiny_lora(device: torch.device, dtype: torch.dtype, shape: dict = TINY_QWEN3):
-    """A random Qwen3 of ``shape`` (the tiny one by default) in ``dtype`` with a float32 rank-4 LoRA on all seven
-    projections, B moved off zero (so the gradient reaches A too, and the adapter changes the outputs). The same
-    random weights for every dtype."""
+def lora_model(shape: dict, device: torch.device, dtype: torch.dtype = torch.bfloat16, rank: int = 32,
+               b_std: float = 0.01, seed: int = 5):
+    """A random Qwen3 of ``shape`` in ``dtype`` with a float32 rank-``rank`` LoRA (alpha 2 x rank) on all seven
+    projections, its B drawn from N(0, ``b_std``) with ``seed`` so that the adapter changes the outputs (a trained
+    adapter does) and the gradient reaches A too. The same random weights for every dtype. The defaults are the 4B
+    checks' (device_check_scale)."""
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(qwen3(shape, device, dtype), LoraConfig(r=4, lora_alpha=8, target_modules=SEVEN,
+    model = get_peft_model(qwen3(shape, device, dtype), LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=SEVEN,
                                                                    task_type="CAUSAL_LM"))
-    torch.manual_seed(3)
+    torch.manual_seed(seed)
     for name, p in model.named_parameters():
         if p.requires_grad:
             p.data = p.data.float()
             if "lora_B" in name:
-                p.data.normal_(0, 0.02)
+                p.data.normal_(0, b_std)
     return model
+
+
+def tiny_lora(device: torch.device, dtype: torch.dtype, shape: dict = TINY_QWEN3):
+    """:func:`lora_model` of rank 4 on the tiny Qwen3 (or ``shape``), for checks of behaviour."""
+    return lora_model(shape, device, dtype, rank=4, b_std=0.02, seed=3)

@@ -106,8 +106,7 @@ def restore(run: Path, repo: Path, force: bool = False) -> int:
     name = run.resolve().name
     commit = carried_commit(name, repo)
     if commit is None:
-        raise SystemExit(f"no commit carries {name} (none says 'carry: {name} at step'): save it first with "
-                         f"scripts/carry_run.py save {run}")
+        raise SystemExit(f"no commit added {CARRY}/{name}: save it first with scripts/carry_run.py save {run}")
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "carry.tar"
         archive.write_bytes(subprocess.run(["git", "-C", str(repo), "archive", commit, f"{CARRY}/{name}"],

@@ -12,9 +12,9 @@ read from the outcome file named in ``SOURCES``; nothing is typed in.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from alfrl.base.checkpoint import read_jsonl
 from alfrl.base.paths import REPO_ROOT
 from alfrl.eval.eval_stats import wilson_interval
 
@@ -69,8 +69,7 @@ SOURCES: list[tuple[str, str, str, str | None]] = [
 
 
 def read_outcomes(path: str, checkpoint: str | None) -> list[dict]:
-    lines = [json.loads(line) for line in (REPO_ROOT / path).read_text().splitlines() if line.strip()]
-    chosen = [r for r in lines if checkpoint is None or r["checkpoint"] == checkpoint]
+    chosen = [r for r in read_jsonl(REPO_ROOT / path) if checkpoint is None or r["checkpoint"] == checkpoint]
     if not chosen:
         raise SystemExit(f"{path} has no outcomes of checkpoint {checkpoint!r}")
     return chosen

@@ -262,5 +262,5 @@ def test_a_merged_copy_plays_the_same_greedy_game_and_bad_dtypes_are_named(tmp_p
         runs[name] = [turn["action"] for turn in record["trajectory"]["turns"]]
     assert runs["merged"] == runs["peft"] and len(runs["peft"]) == 3 and 1 <= len(runs["bf16"]) <= 3
     for flag, value in (("sample_dtype", "fp32"), ("prefill_dtype", "float32")):
-        with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} '{value}'"):
+        with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} must be .*got '{value}'"):
             evaluate(tiny_eval(tmp_path / "bad", tiny_games.root, **{flag: value}), progress=False)

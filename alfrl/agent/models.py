@@ -386,6 +386,20 @@ def cast_adapter(directory: str | Path, dtype: str) -> Path:
     return Path(directory)
 
 
+SAMPLE_DTYPES = ("float32", "bfloat16", "float16")
+"""What a sampling copy may be cast to (``--sample-dtype``)."""
+PREFILL_DTYPES = ("bfloat16", "float16")
+"""What prompts may be read under (``--prefill-dtype``: an autocast dtype, so not float32)."""
+
+
+def check_sampling_dtypes(sample_dtype: str | None, prefill_dtype: str | None = None) -> None:
+    """A clear error for a ``--sample-dtype`` or ``--prefill-dtype`` that cannot work (None: off)."""
+    for flag, value, allowed in (("--sample-dtype", sample_dtype, SAMPLE_DTYPES),
+                                 ("--prefill-dtype", prefill_dtype, PREFILL_DTYPES)):
+        if value is not None and value not in allowed:
+            raise ValueError(f"{flag} must be {', '.join(allowed[:-1])} or {allowed[-1]} (got {value!r})")
+
+
 def sampling_copy(policy: Policy, dtype: str = "bfloat16") -> Policy:
     """A frozen copy of ``policy`` for rollouts: its LoRA adapter merged into the weights, cast to ``dtype``.
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from alfrl.agent.models import (BUNDLED, check_adapter, load_policy, resolve_device, resolve_dtype, sampling_copy,
-                                thinking_switch, torch_threads)
+from alfrl.agent.models import (BUNDLED, check_adapter, check_sampling_dtypes, load_policy, resolve_device,
+                                resolve_dtype, sampling_copy, thinking_switch, torch_threads)
 from alfrl.agent.protocol import check_action_list, policy_format
 from alfrl.base.checkpoint import read_jsonl
 from alfrl.base.checks import Range, check_fields
@@ -122,10 +122,7 @@ class EvalConfig:
         resolve_dtype(self.dtype, resolve_device(self.device))
         thinking_switch(self.thinking)
         check_action_list(self.actions, auto_ok=True)
-        for flag, value in (("--sample-dtype", self.sample_dtype), ("--prefill-dtype", self.prefill_dtype)):
-            if value not in (None, "float32", "bfloat16", "float16") or (flag == "--prefill-dtype" and value == "float32"):
-                raise ValueError(f"{flag} {value!r}: use bfloat16 or float16" + (" or float32" if "sample" in flag else "")
-                                 + ", or leave it out")
+        check_sampling_dtypes(self.sample_dtype, self.prefill_dtype)
 
 
 def game_record(split: str, trajectory) -> dict:

@@ -363,12 +363,12 @@ def _train_sft(config: SFTConfig, out: Path, trackers_wanted, progress: bool, ga
 
     def render(batch: list) -> list[Trajectory]:  # each step's games, when their step comes
         trajectories = expert_trajectories(policy, batch, config, progress=False)
-        cut.extend(t for t in trajectories if not t.won)
+        cut.append(sum(not t.won for t in trajectories))
         return trajectories
 
     with Trackers(trackers_wanted, out, asdict(config)) as trackers:
         fit(policy, games, config, out / "metrics.jsonl", trackers, progress, checkpoint_dir=out,
             checkpoint_every=config.checkpoint_every, render=render)
-    if cut:
-        print(f"note: {len(cut)} expert trajectories were cut by the step or token limit")
+    if sum(cut):
+        print(f"note: {sum(cut)} expert trajectories were cut by the step or token limit")
     return save_adapter(policy, out / "adapter", dtype=config.save_dtype)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alfrl.agent.bundled import BUNDLED
-from alfrl.agent.models import DEFAULT_WARM_START
+from alfrl.agent.models import DEFAULT_WARM_START, check_sampling_dtypes
 from alfrl.agent.precision import native_bf16_cpu, warn_if_slow_bf16
 from alfrl.agent.protocol import check_action_list
 from alfrl.base.checks import Range, check_fields
@@ -379,8 +379,7 @@ def check_config(config: TrainConfig) -> None:
     resolve_dtype(config.dtype, device)
     warn_if_slow_bf16(device.type, ["--bf16"] * config.bf16 + ["--prefill-dtype bfloat16"] * (
         config.prefill_dtype == "bfloat16"))
-    if config.sample_dtype is not None and config.sample_dtype not in ("float32", "bfloat16", "float16"):
-        raise ValueError(f"--sample-dtype must be float32, bfloat16 or float16 (got {config.sample_dtype!r})")
+    check_sampling_dtypes(config.sample_dtype)
     if config.sample_dtype not in (None, "float32") and config.old_logprobs != "trainer":
         raise ValueError(f"--sample-dtype {config.sample_dtype} samples in another precision than the trainer's: "
                          "use --old-logprobs trainer, or the PPO ratio starts away from 1")
